@@ -1,0 +1,3 @@
+from ppsolve.cli import entry
+
+entry()

@@ -1,0 +1,129 @@
+"""Lower bounds on the makespan and the least memory capacity that admits a schedule.
+
+Every method reports its gap against :func:`makespan_lower_bound`, and an
+infeasible capacity is explained with :func:`min_capacity`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsolve.errors import InfeasibleError
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+
+
+@dataclass(frozen=True)
+class MakespanBound:
+    """The bound and the figures it is the largest of."""
+
+    value: float
+    device_bounds: tuple[float, ...]
+    critical_path: float
+
+    @property
+    def binding(self) -> str:
+        if self.critical_path >= max(self.device_bounds):
+            return "critical path of one microbatch"
+        device = max(range(len(self.device_bounds)), key=self.device_bounds.__getitem__)
+        return f"load of device {device}"
+
+
+def _forward_heads(problem: Problem) -> list[float]:
+    """Earliest start of F(s, j) for each stage s: the F chain before it with latencies."""
+    heads, t = [], 0.0
+    for s in range(problem.num_stages):
+        if s > 0:
+            t += problem.forward[s - 1] + problem.latency(s - 1, s)
+        heads.append(t)
+    return heads
+
+
+def _backward_tails(problem: Problem) -> list[float]:
+    """Least time that must pass after B(s, j) ends: the B chain below s (and W of stage 0)."""
+    b = [problem.duration(OpKind.B, s) for s in range(problem.num_stages)]
+    w0 = problem.backward_weight[0] if problem.split_backward else 0.0
+    tails, chain = [], 0.0
+    for s in range(problem.num_stages):
+        if s > 0:
+            chain += b[s - 1] + problem.latency(s - 1, s)
+        tails.append(chain + w0 if s > 0 else 0.0)
+    return tails
+
+
+def critical_path(problem: Problem) -> float:
+    """One microbatch forward through every stage and backward to the first, with p2p latency."""
+    last = problem.num_stages - 1
+    heads, tails = _forward_heads(problem), _backward_tails(problem)
+    end_b_last = heads[last] + problem.forward[last] + problem.duration(OpKind.B, last)
+    tail = tails[last] if last > 0 else (problem.backward_weight[0] if problem.split_backward else 0.0)
+    return end_b_last + tail
+
+
+def device_bound(problem: Problem, device: int) -> float:
+    """Head + load + tail of one device.
+
+    Two valid bounds, the larger is kept: (a) the earliest start of any of its
+    ops, plus all its compute, plus what must follow its last op (with split
+    backward a W can be last, so nothing); (b) with split backward, the same
+    for its F and B ops alone, after which the W of that B and the backward
+    chain below it still have to run.
+    """
+    stages = problem.stages_of_device[device]
+    heads, tails = _forward_heads(problem), _backward_tails(problem)
+    head = min(heads[s] for s in stages)
+    m = problem.microbatches
+    load = problem.device_load(device)
+    if not problem.split_backward:
+        return head + load + min(tails[s] for s in stages)
+    fb_load = m * sum(problem.forward[s] + problem.backward_input[s] for s in stages)
+    after_last_b = min(max(problem.backward_weight[s], tails[s]) for s in stages)
+    return max(head + load, head + fb_load + after_last_b)
+
+
+def makespan_lower_bound(problem: Problem) -> MakespanBound:
+    """No valid schedule of ``problem`` is shorter than ``.value``."""
+    devices = tuple(device_bound(problem, d) for d in range(problem.devices))
+    path = critical_path(problem)
+    return MakespanBound(max(max(devices), path), devices, path)
+
+
+def min_capacity(problem: Problem, offload: bool = False) -> list[float]:
+    """Per device, the least capacity for which some schedule exists.
+
+    While F(s, j) runs, every stage of the same device below s still holds
+    microbatch j's activation (its B comes after B(s, j)); with one microbatch
+    in flight and W right after B nothing else is held, so this is exact.
+    With offload, the stages below s may have moved their offloadable share to
+    host before F(s, j) starts.
+    """
+    need = []
+    for stages in problem.stages_of_device:
+        held, worst = 0.0, 0.0
+        for s in stages:
+            worst = max(worst, held + problem.activation[s])
+            kept = problem.activation[s] - (problem.max_offload(s) if offload else 0.0)
+            held += kept
+        need.append(worst)
+    return need
+
+
+def capacity_shortfalls(problem: Problem) -> list[tuple[int, float, float]]:
+    """(device, least capacity that could work, capacity) for each device whose cap is too small."""
+    need = min_capacity(problem, offload=problem.can_offload)
+    return [(d, need[d], cap) for d, cap in enumerate(problem.capacity) if cap is not None and need[d] > cap + 1e-12]
+
+
+def require_feasible_capacity(problem: Problem) -> None:
+    """Raise InfeasibleError naming the least capacity that could work."""
+    short = capacity_shortfalls(problem)
+    if not short:
+        return
+    no_off = min_capacity(problem, offload=False)
+    parts = []
+    for device, need, cap in short:
+        stages = ", ".join(str(s) for s in problem.stages_of_device[device])
+        text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
+        text += f"; {no_off[device]:g} without offload)" if problem.can_offload else ")"
+        parts.append(f"{text}, capacity is {cap:g}")
+    raise InfeasibleError("infeasible memory capacity: " + "; ".join(parts))

@@ -1,0 +1,290 @@
+"""Judging a schedule: every rule of SPEC.md, recomputed from the schedule alone.
+
+:func:`check` returns a :class:`CheckReport` with every violation (the rule, the op
+and the numbers) and the runtime re-timing beside the planned figures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ppsolve.errors import PpsolveError
+from ppsolve.memory import memory_events
+from ppsolve.ops import COMPUTE_KINDS, Op, OpKind
+from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.simulator import retime
+
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+
+RULES = {
+    "complete": "every F, B (and W when split) once; OFFLOAD and RELOAD in pairs",
+    "device": "an op runs on the device that holds its stage; a transfer uses that device's link",
+    "duration": "rule 8: every op lasts exactly its duration",
+    "start": "rule 8: nothing starts before time 0",
+    "amount": "0 < amount <= fraction * activation, the same amount offloaded and reloaded",
+    "R1": "rule 1: F(s,j) starts after F(s-1,j) ends + p2p latency",
+    "R2": "rule 2: B(S-1,j) starts after F(S-1,j) ends",
+    "R3": "rule 3: B(s,j) starts after B(s+1,j) ends + p2p latency",
+    "R4": "rule 4: W(s,j) starts after B(s,j) ends",
+    "R5": "rule 5: OFFLOAD after F ends, RELOAD after OFFLOAD ends, RELOAD ends before B starts",
+    "R6": "rule 6: compute ops of one device never overlap",
+    "R7": "rule 7: transfers of one link lane never overlap",
+    "memory": "peak memory of a device within its capacity (releases before allocations)",
+    "retime": "the runtime re-timing is no later and stays within capacity",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    op: str | None = None
+    device: int | None = None
+    time: float | None = None
+    grid: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"rule": self.rule, "message": self.message}
+        for key in ("op", "device", "time"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    def render(self) -> str:
+        text = f"[{self.rule}] {self.message}"
+        return f"{text}\n{self.grid}" if self.grid else text
+
+
+@dataclass
+class CheckReport:
+    """Planned and re-timed figures, and every violation found."""
+
+    violations: list[Violation]
+    makespan: float
+    peak_memory: list[float]
+    bubble_ratio: float
+    offloaded: float
+    retimed_makespan: float | None = None
+    retimed_peak_memory: list[float] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """The ops are complete and obey every rule as planned."""
+        return not any(v.rule != "retime" for v in self.violations)
+
+    @property
+    def executable(self) -> bool:
+        """A runtime following SPEC.md's execution rules stays on plan and within capacity."""
+        return self.retimed_makespan is not None and not any(v.rule == "retime" for v in self.violations)
+
+    @property
+    def ok(self) -> bool:
+        return self.valid and self.executable
+
+    def to_dict(self) -> dict:
+        return {"valid": self.valid, "executable": self.executable,
+                "violations": [v.to_dict() for v in self.violations],
+                "makespan": self.makespan, "peak_memory": self.peak_memory,
+                "bubble_ratio": self.bubble_ratio, "offloaded": self.offloaded,
+                "retimed": {"makespan": self.retimed_makespan, "peak_memory": self.retimed_peak_memory},
+                "warnings": self.warnings}
+
+
+class _Checker:
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
+        self.problem = schedule.problem
+        self.eps = 1e-9 * max(1.0, schedule.makespan)
+        self.violations: list[Violation] = []
+        self.by_op: dict[Op, ScheduledOp] = {}
+
+    def add(self, rule: str, message: str, op: ScheduledOp | None = None, time: float | None = None,
+            grid_ops: Iterable[ScheduledOp] = ()) -> None:
+        grid_ops = list(grid_ops)
+        grid = self._grid(grid_ops, time) if grid_ops else None
+        self.violations.append(Violation(rule, message, str(op.op) if op else None,
+                                         op.device if op else None, time, grid))
+
+    # ----- rules -----
+    def completeness(self) -> bool:
+        p = self.problem
+        counts = Counter(op.op for op in self.schedule.ops)
+        for op, count in counts.items():
+            if count > 1:
+                self.add("complete", f"{op} appears {count} times", self.by_op.get(op))
+        for op in self.schedule.ops:
+            self.by_op.setdefault(op.op, op)
+        expected = set(p.compute_ops())
+        missing = [op for op in p.compute_ops() if op not in counts]
+        for op in missing[:10]:
+            self.add("complete", f"{op} is missing")
+        if len(missing) > 10:
+            self.add("complete", f"... and {len(missing) - 10} more compute ops are missing")
+        for op in counts:
+            if op.kind in COMPUTE_KINDS and op not in expected:
+                self.add("complete", f"{op} is not an op of this problem (fused backward has no W)",
+                         self.by_op[op])
+            partner = {_OFF: _REL, _REL: _OFF}.get(op.kind)
+            if partner is not None and Op(partner, op.stage, op.microbatch) not in counts:
+                self.add("complete", f"{op} has no matching {partner.value}", self.by_op[op])
+            if partner is not None and p.offload is None:
+                self.add("complete", f"{op}: the problem has no offload link", self.by_op[op])
+        return not self.violations
+
+    def placement_and_durations(self) -> None:
+        p = self.problem
+        for op in self.schedule.ops:
+            home = p.placement[op.stage]
+            if op.device != home:
+                self.add("device", f"{op.op} is on device {op.device}, but stage {op.stage} is on device {home}", op)
+            if op.start < -self.eps:
+                self.add("start", f"{op.op} starts at {op.start:g} < 0", op)
+            if op.kind.is_transfer:
+                limit = p.max_offload(op.stage)
+                if not 0 < op.amount <= limit + self.eps:
+                    self.add("amount", f"{op.op} moves {op.amount:g}; allowed is (0, {limit:g}] "
+                                       f"(fraction x activation of stage {op.stage})", op)
+                if op.kind is _REL:
+                    off = self.by_op.get(Op(_OFF, op.stage, op.microbatch))
+                    if off is not None and abs(off.amount - op.amount) > self.eps:
+                        self.add("amount", f"{op.op} reloads {op.amount:g} but OFFLOAD moved {off.amount:g}", op)
+            expected = p.duration(op.kind, op.stage, op.amount)
+            if abs(op.duration - expected) > self.eps:
+                self.add("duration", f"{op.op} lasts {op.duration:g}, its duration is {expected:g}", op)
+
+    def _after(self, rule: str, later: ScheduledOp, earlier: ScheduledOp | None, lag: float, what: str) -> None:
+        if earlier is None:
+            return
+        if later.start + self.eps < earlier.end + lag:
+            lag_text = f" + latency {lag:g}" if lag else ""
+            self.add(rule, f"{later.op} starts at {later.start:g}, before {earlier.op} ends at {earlier.end:g}"
+                           f"{lag_text} ({what})", later, later.start, [later, earlier])
+
+    def dependencies(self) -> None:
+        p, get = self.problem, self.by_op.get
+        last = p.num_stages - 1
+        for op in self.schedule.ops:
+            s, j = op.stage, op.microbatch
+            if op.kind is _F and s > 0:
+                self._after("R1", op, get(Op(_F, s - 1, j)), p.latency(s - 1, s), "its input")
+            elif op.kind is _B:
+                if s == last:
+                    self._after("R2", op, get(Op(_F, s, j)), 0.0, "the loss turns around")
+                else:
+                    self._after("R3", op, get(Op(_B, s + 1, j)), p.latency(s, s + 1), "its output gradient")
+                reload = get(Op(_REL, s, j))
+                if reload is not None and reload.end > op.start + self.eps:
+                    self.add("R5", f"{reload.op} ends at {reload.end:g}, after {op.op} starts at {op.start:g}",
+                             op, op.start, [op, reload])
+            elif op.kind is _W:
+                self._after("R4", op, get(Op(_B, s, j)), 0.0, "its input gradient")
+            elif op.kind is _OFF:
+                self._after("R5", op, get(Op(_F, s, j)), 0.0, "the activation it moves")
+            elif op.kind is _REL:
+                self._after("R5", op, get(Op(_OFF, s, j)), 0.0, "its offload")
+
+    def overlaps(self) -> None:
+        p = self.problem
+        lanes: dict[tuple, list[ScheduledOp]] = defaultdict(list)
+        for op in self.schedule.ops:
+            if op.kind.is_compute:
+                lanes[("compute", op.device)].append(op)
+            elif p.offload is not None:
+                lanes[("link", p.lane(op.device, op.kind))].append(op)
+        for (kind, key), ops in lanes.items():
+            ops.sort(key=lambda o: (o.start, o.end))
+            for a, b in zip(ops, ops[1:]):
+                if b.start + self.eps < a.end:
+                    if kind == "compute":
+                        self.add("R6", f"{b.op} starts at {b.start:g} while {a.op} runs until {a.end:g} "
+                                       f"on device {b.device}", b, b.start, [a, b])
+                    else:
+                        link = key // 2
+                        self.add("R7", f"{b.op} (device {b.device}) starts at {b.start:g} while {a.op} "
+                                       f"(device {a.device}) uses lane {self._lane_name(key)} of link {link} "
+                                       f"until {a.end:g}", b, b.start, [a, b])
+
+    def _lane_name(self, lane: int) -> str:
+        if not self.problem.offload.duplex:
+            return "both directions"
+        return "h2d" if lane % 2 else "d2h"
+
+    def memory(self) -> None:
+        for device, cap in enumerate(self.problem.capacity):
+            if cap is None:
+                continue
+            level = 0.0
+            for time, delta in memory_events(self.problem, self.schedule.ops)[device]:
+                level += delta
+                if level > cap + self.eps:
+                    self.add("memory", f"device {device} holds {level:g} at time {time:g}, capacity is {cap:g}",
+                             time=time)
+                    break
+
+    def retiming(self, report: CheckReport) -> None:
+        try:
+            retimed = retime(self.problem, self.schedule.ops)
+        except PpsolveError as exc:
+            self.add("retime", f"a runtime cannot execute the device lists: {exc}")
+            return
+        from ppsolve.memory import peak_memory
+        report.retimed_makespan = max((o.end for o in retimed), default=0.0)
+        report.retimed_peak_memory = peak_memory(self.problem, retimed)
+        if report.retimed_makespan > report.makespan + self.eps:
+            late = max(retimed, key=lambda o: o.end)
+            self.add("retime", f"re-timed makespan {report.retimed_makespan:g} is later than planned "
+                               f"{report.makespan:g} (last op {late.op} on device {late.device})")
+        for device, (peak, cap) in enumerate(zip(report.retimed_peak_memory, self.problem.capacity)):
+            if cap is not None and peak > cap + self.eps:
+                self.add("retime", f"re-timed peak memory of device {device} is {peak:g}, capacity is {cap:g}")
+
+    # ----- rendering -----
+    def _grid(self, ops: list[ScheduledOp], time: float | None, width: int = 3) -> str:
+        """A few ops around the spot on each device involved, the culprits marked."""
+        marked = {o.op for o in ops}
+        lines = []
+        for device in sorted({o.device for o in ops}):
+            row = sorted((o for o in self.schedule.ops if o.device == device and o.kind.is_compute),
+                         key=lambda o: o.start)
+            anchor = next((i for i, o in enumerate(row) if o.op in marked), 0)
+            cells = []
+            for o in row[max(0, anchor - width): anchor + width + 1]:
+                cell = f"{o.op} {o.start:g}-{o.end:g}"
+                cells.append(f">{cell}<" if o.op in marked else cell)
+            transfers = [o for o in ops if o.device == device and o.kind.is_transfer]
+            cells += [f">{o.op} {o.start:g}-{o.end:g}<" for o in transfers]
+            lines.append(f"    device {device}: " + " | ".join(cells))
+        return "\n".join(lines)
+
+
+def check(schedule: Schedule) -> CheckReport:
+    """Check ``schedule`` against every rule of SPEC.md and re-time it."""
+    checker = _Checker(schedule)
+    report = CheckReport([], schedule.makespan, schedule.peak_memory, schedule.bubble_ratio, schedule.offloaded)
+    complete = checker.completeness()
+    checker.placement_and_durations()
+    checker.dependencies()
+    checker.overlaps()
+    checker.memory()
+    if complete and not any(v.rule == "device" for v in checker.violations):
+        checker.retiming(report)
+    report.violations = checker.violations
+    report.warnings = _metric_warnings(schedule)
+    return report
+
+
+def _metric_warnings(schedule: Schedule) -> list[str]:
+    """Differences between the metrics written in the file and those recomputed from its ops."""
+    stated = schedule.file_metrics or {}
+    out = []
+    tol = 1e-6 * max(1.0, schedule.makespan)
+    if "makespan" in stated and abs(stated["makespan"] - schedule.makespan) > tol:
+        out.append(f"metrics.makespan says {stated['makespan']:g}, the ops give {schedule.makespan:g}")
+    peaks = stated.get("peak_memory")
+    if peaks is not None and (len(peaks) != len(schedule.peak_memory) or
+                              any(abs(a - b) > tol for a, b in zip(peaks, schedule.peak_memory))):
+        out.append(f"metrics.peak_memory says {peaks}, the ops give {[round(p, 9) for p in schedule.peak_memory]}")
+    return out

@@ -1,0 +1,1 @@
+"""One module per ``ppsolve`` subcommand (see ppsolve.cli)."""

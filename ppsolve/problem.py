@@ -1,0 +1,305 @@
+"""The problem: devices, stages and their placement, costs, memory and host link.
+
+Plain data, validated once when built; everything derived from it (per-stage
+durations, placement, link lanes) is computed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+from ppsolve.errors import InputError
+from ppsolve.jsonio import read_json
+from ppsolve.ops import Op, OpKind
+from ppsolve.schemas import validate
+
+PROBLEM_FORMAT = "ppsolve/problem@1"
+PLACEMENTS = ("linear", "interleaved", "vshape")
+
+
+def expand_placement(spec: str | Sequence[int], devices: int, chunks: int, where: str = "placement") -> tuple[int, ...]:
+    """The device of every stage for a placement name or an explicit list."""
+    stages = devices * chunks
+    if isinstance(spec, str):
+        if spec == "linear":
+            if chunks != 1:
+                raise InputError(where, f"'linear' needs chunks = 1, got {chunks} (use 'interleaved' or 'vshape')")
+            return tuple(range(devices))
+        if spec == "interleaved":
+            return tuple(s % devices for s in range(stages))
+        if spec == "vshape":
+            if chunks % 2:
+                raise InputError(where, f"'vshape' needs an even number of chunks, got {chunks}")
+            return tuple(s % devices if (s // devices) % 2 == 0 else devices - 1 - s % devices
+                         for s in range(stages))
+        raise InputError(where, f"must be one of {', '.join(PLACEMENTS)} or a list, got {spec!r}")
+    spec = list(spec)
+    if len(spec) != stages:
+        raise InputError(where, f"must list {stages} devices (devices x chunks), got {len(spec)}")
+    for index, device in enumerate(spec):
+        if not 0 <= device < devices:
+            raise InputError(f"{where}[{index}]", f"device must be in 0..{devices - 1}, got {device}")
+    return tuple(int(d) for d in spec)
+
+
+def _per(value: Any, count: int, where: str, what: str) -> tuple[float, ...]:
+    """Broadcast a number to ``count`` entries or check a list has exactly ``count``."""
+    if isinstance(value, list):
+        if len(value) != count:
+            raise InputError(where, f"must have {count} entries (one per {what}), got {len(value)}")
+        return tuple(float(v) for v in value)
+    return (float(value),) * count
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """Which share of each stage's activation may go to host memory, and over which links."""
+
+    fraction: tuple[float, ...]
+    d2h: float
+    h2d: float
+    links: tuple[tuple[int, ...], ...]
+    duplex: bool = True
+    links_given: bool = False
+
+    @cached_property
+    def link_of_device(self) -> dict[int, int]:
+        return {device: index for index, link in enumerate(self.links) for device in link}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated ppsolve problem (see SPEC.md). Per-stage values are tuples of length S."""
+
+    devices: int
+    microbatches: int
+    chunks: int
+    placement_spec: str | tuple[int, ...]
+    split_backward: bool
+    forward: tuple[float, ...]
+    backward_input: tuple[float, ...]
+    backward_weight: tuple[float, ...]
+    p2p: float
+    activation: tuple[float, ...]
+    weight_hold: tuple[float, ...]
+    capacity: tuple[float | None, ...]
+    offload: OffloadConfig | None = None
+    name: str | None = None
+    annotations: dict = field(default_factory=dict, compare=False, hash=False)
+    source: dict | None = field(default=None, compare=False, hash=False, repr=False)
+
+    # ----- derived, computed once -----
+    @property
+    def num_stages(self) -> int:
+        return self.devices * self.chunks
+
+    @cached_property
+    def placement(self) -> tuple[int, ...]:
+        """Device of each stage."""
+        return expand_placement(self.placement_spec, self.devices, self.chunks)
+
+    @cached_property
+    def stages_of_device(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in range(self.devices)]
+        for stage, device in enumerate(self.placement):
+            out[device].append(stage)
+        return tuple(tuple(s) for s in out)
+
+    @cached_property
+    def placement_name(self) -> str:
+        """'linear', 'interleaved', 'vshape', or 'custom' for a list that is none of these."""
+        if isinstance(self.placement_spec, str):
+            return self.placement_spec
+        for name in PLACEMENTS:
+            try:
+                if expand_placement(name, self.devices, self.chunks) == self.placement:
+                    return name
+            except InputError:
+                pass
+        return "custom"
+
+    @property
+    def backward_mode(self) -> str:
+        return "split" if self.split_backward else "fused"
+
+    @cached_property
+    def kinds(self) -> tuple[OpKind, ...]:
+        """Compute kinds every (stage, microbatch) has."""
+        return (OpKind.F, OpKind.B, OpKind.W) if self.split_backward else (OpKind.F, OpKind.B)
+
+    @cached_property
+    def _durations(self) -> dict[OpKind, tuple[float, ...]]:
+        backward = self.backward_input if self.split_backward else tuple(
+            b + w for b, w in zip(self.backward_input, self.backward_weight))
+        return {OpKind.F: self.forward, OpKind.B: backward, OpKind.W: self.backward_weight}
+
+    def duration(self, kind: OpKind, stage: int, amount: float = 0.0) -> float:
+        """Duration of a compute op, or of a transfer moving ``amount``."""
+        if kind is OpKind.OFFLOAD:
+            return amount / self.offload.d2h
+        if kind is OpKind.RELOAD:
+            return amount / self.offload.h2d
+        return self._durations[kind][stage]
+
+    def latency(self, a: int, b: int) -> float:
+        """p2p latency between stages a and b: 0 on the same device."""
+        return 0.0 if self.placement[a] == self.placement[b] else self.p2p
+
+    def released_by(self, kind: OpKind, stage: int) -> float:
+        """Memory released at the end of a B or W of ``stage``."""
+        if kind is OpKind.B:
+            return self.activation[stage] - (self.weight_hold[stage] if self.split_backward else 0.0)
+        if kind is OpKind.W:
+            return self.weight_hold[stage]
+        return 0.0
+
+    def max_offload(self, stage: int) -> float:
+        """The most of one activation of ``stage`` that may go to host memory."""
+        if self.offload is None:
+            return 0.0
+        return self.offload.fraction[stage] * self.activation[stage]
+
+    @property
+    def can_offload(self) -> bool:
+        return self.offload is not None and any(self.max_offload(s) > 0 for s in range(self.num_stages))
+
+    def lane(self, device: int, kind: OpKind) -> int:
+        """Index of the host-link lane a transfer of ``device`` uses.
+
+        Duplex links have lanes 2*link (d2h) and 2*link+1 (h2d); half-duplex
+        links have one lane, 2*link, for both directions.
+        """
+        link = self.offload.link_of_device[device]
+        if self.offload.duplex and kind is OpKind.RELOAD:
+            return 2 * link + 1
+        return 2 * link
+
+    def compute_ops(self) -> list[Op]:
+        """Every compute op of one iteration."""
+        return [Op(kind, s, j) for s in range(self.num_stages) for j in range(self.microbatches) for kind in self.kinds]
+
+    def device_load(self, device: int) -> float:
+        """Total compute time of one device."""
+        return self.microbatches * sum(self.duration(k, s) for s in self.stages_of_device[device] for k in self.kinds)
+
+    @cached_property
+    def total_compute(self) -> float:
+        return sum(self.device_load(d) for d in range(self.devices))
+
+    # ----- conversion -----
+    def to_dict(self) -> dict:
+        """The problem file this problem came from (or an equivalent one)."""
+        if self.source is not None:
+            return copy.deepcopy(self.source)
+        data: dict[str, Any] = {"format": PROBLEM_FORMAT}
+        if self.name is not None:
+            data["name"] = self.name
+        data.update({
+            "devices": self.devices,
+            "microbatches": self.microbatches,
+            "chunks": self.chunks,
+            "placement": self.placement_spec if isinstance(self.placement_spec, str) else list(self.placement_spec),
+            "backward": self.backward_mode,
+            "time": {"forward": _compact(self.forward), "backward_input": _compact(self.backward_input),
+                     "backward_weight": _compact(self.backward_weight), "p2p": self.p2p},
+            "memory": {"activation": _compact(self.activation), "weight_hold": _compact(self.weight_hold),
+                       "capacity": _compact(self.capacity)},
+        })
+        if self.offload is not None:
+            off: dict[str, Any] = {"fraction": _compact(self.offload.fraction),
+                                   "bandwidth": {"d2h": self.offload.d2h, "h2d": self.offload.h2d},
+                                   "duplex": self.offload.duplex}
+            if self.offload.links_given:
+                off["links"] = [list(link) for link in self.offload.links]
+            data["offload"] = off
+        data.update(self.annotations)
+        return data
+
+    def replace(self, **changes: Any) -> "Problem":
+        """A copy with some fields changed, validated again (e.g. ``capacity=...``)."""
+        data = self.to_dict()
+        for key, value in changes.items():
+            if key == "capacity":
+                data["memory"]["capacity"] = list(value) if isinstance(value, tuple) else value
+            elif key == "microbatches":
+                data["microbatches"] = value
+            elif key == "offload":
+                data["offload"] = value
+            elif key == "name":
+                data["name"] = value
+            else:
+                raise TypeError(f"replace() does not support {key!r}")
+        return problem_from_dict(data)
+
+
+def _compact(values: tuple) -> Any:
+    """A tuple of equal values back to one number (or null); else a list."""
+    if values and all(v == values[0] for v in values):
+        return values[0]
+    return list(values)
+
+
+def problem_from_dict(data: Any, where: str = "problem") -> Problem:
+    """Validate a problem file's content and build the Problem; InputError names the bad field."""
+    validate(data, "problem", where)
+    devices, microbatches = int(data["devices"]), int(data["microbatches"])
+    chunks = int(data.get("chunks", 1))
+    stages = devices * chunks
+    spec = data.get("placement", "linear")
+    placement_spec = spec if isinstance(spec, str) else tuple(int(d) for d in spec)
+    expand_placement(placement_spec, devices, chunks, f"{where}.placement")
+
+    time, memory = data["time"], data["memory"]
+    per_stage = {key: _per(time[key], stages, f"{where}.time.{key}", "stage")
+                 for key in ("forward", "backward_input", "backward_weight")}
+    activation = _per(memory["activation"], stages, f"{where}.memory.activation", "stage")
+    weight_hold = _per(memory.get("weight_hold", 0), stages, f"{where}.memory.weight_hold", "stage")
+    for s, (hold, act) in enumerate(zip(weight_hold, activation)):
+        if hold > act:
+            index = f"[{s}]" if isinstance(memory.get("weight_hold"), list) else ""
+            raise InputError(f"{where}.memory.weight_hold{index}",
+                             f"must be <= activation ({act:g}) of stage {s}, got {hold:g}")
+    raw_cap = memory.get("capacity")
+    capacity: tuple[float | None, ...] = ((None,) * devices if raw_cap is None
+                                          else _per(raw_cap, devices, f"{where}.memory.capacity", "device"))
+
+    offload = None
+    raw_off = data.get("offload")
+    if raw_off is not None:
+        fraction = _per(raw_off.get("fraction", 1.0), stages, f"{where}.offload.fraction", "stage")
+        links_given = "links" in raw_off
+        links = raw_off.get("links") or [[d] for d in range(devices)]
+        seen: dict[int, int] = {}
+        for li, link in enumerate(links):
+            for di, device in enumerate(link):
+                if device >= devices:
+                    raise InputError(f"{where}.offload.links[{li}][{di}]",
+                                     f"unknown device {device} (devices are 0..{devices - 1})")
+                if device in seen:
+                    raise InputError(f"{where}.offload.links[{li}][{di}]",
+                                     f"device {device} is already on link {seen[device]}")
+                seen[device] = li
+        links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
+        offload = OffloadConfig(fraction=fraction, d2h=float(raw_off["bandwidth"]["d2h"]),
+                                h2d=float(raw_off["bandwidth"]["h2d"]),
+                                links=tuple(tuple(int(d) for d in link) for link in links),
+                                duplex=bool(raw_off.get("duplex", True)), links_given=links_given)
+
+    return Problem(
+        devices=devices, microbatches=microbatches, chunks=chunks, placement_spec=placement_spec,
+        split_backward=data.get("backward", "split") == "split",
+        forward=per_stage["forward"], backward_input=per_stage["backward_input"],
+        backward_weight=per_stage["backward_weight"], p2p=float(time.get("p2p", 0.0)),
+        activation=activation, weight_hold=weight_hold, capacity=capacity, offload=offload,
+        name=data.get("name"), annotations={k: v for k, v in data.items() if k.startswith("x-")},
+        source=copy.deepcopy(data),
+    )
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read and validate a problem file."""
+    return problem_from_dict(read_json(path, "problem"))

@@ -1,0 +1,174 @@
+"""Timed schedules: every op with its device, start and end, and the file format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+from ppsolve.errors import InputError
+from ppsolve.jsonio import read_json, write_json_atomic
+from ppsolve.memory import peak_memory
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem, problem_from_dict
+from ppsolve.schemas import validate
+
+SCHEDULE_FORMAT = "ppsolve/schedule@1"
+STATUSES = ("optimal", "feasible", "heuristic")
+
+
+class ScheduledOp(NamedTuple):
+    """An op placed in time. ``amount`` is the memory moved by a transfer (0 for compute)."""
+
+    kind: OpKind
+    stage: int
+    microbatch: int
+    device: int
+    start: float
+    end: float
+    amount: float = 0.0
+
+    @property
+    def op(self) -> Op:
+        return Op(self.kind, self.stage, self.microbatch)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind.value, "stage": self.stage, "microbatch": self.microbatch,
+               "device": self.device, "start": _num(self.start), "end": _num(self.end)}
+        if self.kind.is_transfer:
+            out["amount"] = _num(self.amount)
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.op}@{self.device}[{self.start:g},{self.end:g}]"
+
+
+def _num(x: float) -> float | int:
+    """Integral floats as ints in files, so integer schedules read as integers."""
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else round(x, 12)
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """How a schedule was made: the method's name, its parameters, status, bound and time."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+    status: str = "heuristic"
+    lower_bound: float | None = None
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "params": self.params, "status": self.status,
+               "lower_bound": None if self.lower_bound is None else _num(self.lower_bound),
+               "seconds": round(self.seconds, 6)}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MethodInfo":
+        known = {"name", "params", "status", "lower_bound", "seconds"}
+        return cls(name=data["name"], params=dict(data.get("params", {})), status=data.get("status", "heuristic"),
+                   lower_bound=data.get("lower_bound"), seconds=float(data.get("seconds", 0.0)),
+                   extra={k: v for k, v in data.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A problem, how it was scheduled, and its timed ops. Metrics are recomputed from the ops."""
+
+    problem: Problem
+    method: MethodInfo
+    ops: tuple[ScheduledOp, ...]
+    file_metrics: dict | None = field(default=None, compare=False)
+
+    @cached_property
+    def makespan(self) -> float:
+        return max((op.end for op in self.ops), default=0.0)
+
+    @cached_property
+    def peak_memory(self) -> list[float]:
+        return peak_memory(self.problem, self.ops)
+
+    @cached_property
+    def compute_time(self) -> float:
+        return sum(op.end - op.start for op in self.ops if op.kind.is_compute)
+
+    @cached_property
+    def bubble_ratio(self) -> float:
+        if self.makespan <= 0:
+            return 0.0
+        return 1.0 - self.compute_time / (self.problem.devices * self.makespan)
+
+    @cached_property
+    def offloaded(self) -> float:
+        return sum(op.amount for op in self.ops if op.kind is OpKind.OFFLOAD)
+
+    @property
+    def gap(self) -> float | None:
+        """(makespan - lower bound) / makespan, or None without a bound."""
+        lb = self.method.lower_bound
+        if lb is None or self.makespan <= 0:
+            return None
+        return max(0.0, (self.makespan - lb) / self.makespan)
+
+    def ops_of_device(self, device: int) -> list[ScheduledOp]:
+        return sorted((op for op in self.ops if op.device == device), key=lambda o: (o.start, o.kind.is_compute))
+
+    def metrics(self) -> dict:
+        return {"makespan": _num(self.makespan), "peak_memory": [_num(p) for p in self.peak_memory],
+                "bubble_ratio": round(self.bubble_ratio, 9), "offloaded": _num(self.offloaded)}
+
+    def with_method(self, method: MethodInfo) -> "Schedule":
+        return Schedule(self.problem, method, self.ops)
+
+    def to_dict(self) -> dict:
+        ops = sorted(self.ops, key=lambda o: (o.device, o.start, o.kind.is_compute, o.stage, o.microbatch))
+        return {"format": SCHEDULE_FORMAT, "problem": self.problem.to_dict(), "method": self.method.to_dict(),
+                "ops": [op.to_dict() for op in ops], "metrics": self.metrics()}
+
+    def save(self, path: str | Path) -> None:
+        """Write the schedule file atomically."""
+        write_json_atomic(path, self.to_dict())
+
+
+def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
+    """Validate a schedule file's content; InputError names the bad field."""
+    validate(data, "schedule", where)
+    problem = problem_from_dict(data["problem"], f"{where}.problem")
+    ops = []
+    for index, raw in enumerate(data["ops"]):
+        at = f"{where}.ops[{index}]"
+        if raw["stage"] >= problem.num_stages:
+            raise InputError(f"{at}.stage", f"must be in 0..{problem.num_stages - 1}, got {raw['stage']}")
+        if raw["microbatch"] >= problem.microbatches:
+            raise InputError(f"{at}.microbatch", f"must be in 0..{problem.microbatches - 1}, got {raw['microbatch']}")
+        if raw["device"] >= problem.devices:
+            raise InputError(f"{at}.device", f"must be in 0..{problem.devices - 1}, got {raw['device']}")
+        kind = OpKind(raw["kind"])
+        if kind.is_transfer and "amount" not in raw:
+            raise InputError(f"{at}.amount", f"is required on a {kind.value}")
+        if kind.is_compute and "amount" in raw:
+            raise InputError(f"{at}.amount", f"is only for OFFLOAD and RELOAD, not {kind.value}")
+        ops.append(ScheduledOp(kind, int(raw["stage"]), int(raw["microbatch"]), int(raw["device"]),
+                               float(raw["start"]), float(raw["end"]), float(raw.get("amount", 0.0))))
+    method = MethodInfo.from_dict(data.get("method", {"name": "unknown"}))
+    return Schedule(problem, method, tuple(ops), file_metrics=data.get("metrics"))
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Read and validate a schedule file."""
+    return schedule_from_dict(read_json(path, "schedule"))
+
+
+def make_schedule(problem: Problem, ops: Iterable[ScheduledOp], name: str, *, params: dict | None = None,
+                  status: str = "heuristic", lower_bound: float | None = None, seconds: float = 0.0,
+                  **extra: Any) -> Schedule:
+    """Convenience constructor used by baselines and solvers."""
+    return Schedule(problem, MethodInfo(name, params or {}, status, lower_bound, seconds, extra), tuple(ops))

@@ -1,0 +1,123 @@
+"""JSON Schemas of the problem and schedule files, and validation against them."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from ppsolve.errors import InputError
+
+SCHEMA_NAMES = ("problem", "schedule")
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    """The JSON Schema of the ``problem`` or ``schedule`` file."""
+    if name not in SCHEMA_NAMES:
+        raise ValueError(f"unknown schema {name!r}; choose from {', '.join(SCHEMA_NAMES)}")
+    text = resources.files(__package__).joinpath(f"{name}.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema(name))
+
+
+def field_path(prefix: str, path: Any) -> str:
+    """Render a JSON path as ``problem.time.forward[3]``."""
+    out = prefix
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+
+
+def _describe(error: jsonschema.ValidationError, prefix: str) -> InputError:
+    """Turn one jsonschema error into a one-line InputError naming the field."""
+    where = field_path(prefix, error.absolute_path)
+    value = error.instance
+    kind = error.validator
+    if kind == "required":
+        missing = error.message.split("'")[1]
+        return InputError(field_path(where, [missing]), "is required")
+    if kind == "additionalProperties":
+        extra = sorted(set(value) - set(error.schema.get("properties", {})))
+        extra = [e for e in extra if not e.startswith("x-")]
+        name = extra[0] if extra else "?"
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return InputError(field_path(where, [name]),
+                          f"unknown field (expected one of: {allowed}; put annotations under an 'x-' name)")
+    if kind == "type":
+        wanted = error.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        return InputError(where, f"must be {wanted}, got {_json_type(value)}")
+    if kind == "minimum":
+        return InputError(where, f"must be >= {error.validator_value}, got {_show(value)}")
+    if kind == "maximum":
+        return InputError(where, f"must be <= {error.validator_value}, got {_show(value)}")
+    if kind == "exclusiveMinimum":
+        return InputError(where, f"must be > {error.validator_value}, got {_show(value)}")
+    if kind == "const":
+        return InputError(where, f"must be {_show(error.validator_value)}, got {_show(value)}")
+    if kind == "enum":
+        options = ", ".join(_show(v) for v in error.validator_value)
+        return InputError(where, f"must be one of {options}, got {_show(value)}")
+    if kind == "minItems":
+        return InputError(where, f"must have at least {error.validator_value} entries")
+    return InputError(where, error.message)
+
+
+def validate(instance: Any, name: str, prefix: str) -> None:
+    """Raise InputError for the first violation of schema ``name`` in ``instance``."""
+    if not isinstance(instance, dict):
+        raise InputError(prefix, f"must be a JSON object, got {_json_type(instance)}")
+    errors = list(_validator(name).iter_errors(instance))
+    if errors:
+        # Report the shallowest, then the first in document order: the root cause.
+        # A wrong format tag comes first: the file is probably not a ppsolve file at all.
+        errors.sort(key=lambda e: (not _about_format(e), len(e.absolute_path),
+                                   [str(p) for p in e.absolute_path]))
+        raise _describe(errors[0], prefix)
+    _reject_non_finite(instance, prefix)
+
+
+def _about_format(error: jsonschema.ValidationError) -> bool:
+    path = list(error.absolute_path)
+    return path == ["format"] or (not path and error.validator == "required" and "'format'" in error.message)
+
+
+def _reject_non_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(where, f"must be a finite number, got {value}")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _reject_non_finite(item, field_path(where, [key]))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _reject_non_finite(item, f"{where}[{index}]")

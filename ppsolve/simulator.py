@@ -1,0 +1,226 @@
+"""Timing per-device action lists exactly as SPEC.md's runtime executes them.
+
+One discrete-event engine serves two callers:
+
+* :func:`simulate` times a *plan* (per-device orders of compute ops and transfers,
+  plus how much each offload moves). Baselines and heuristics are written as
+  plans. A lane serves transfers first-come-first-served, and a transfer is never
+  started strictly inside a compute op of its device, so that the result
+  re-times to itself.
+* :func:`retime` re-times a timed schedule the way a runtime would: lists sorted
+  by planned start, each transfer issued after the compute op just before it,
+  lanes serving transfers in the order of their planned starts.
+
+Rules applied (SPEC.md): a compute op starts when the previous compute op of its
+device has ended and its inputs are there (F after F of the stage before plus
+p2p latency, B of the last stage after its F, B after B of the stage after plus
+latency and after its RELOAD, W after its B); OFFLOAD after its F, RELOAD after
+its OFFLOAD; transfers wait for their anchor compute op and their lane.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Mapping, Sequence
+
+from ppsolve.errors import DeadlockError, InputError
+from ppsolve.ops import TRANSFER_KINDS, Op, OpKind
+from ppsolve.problem import Problem
+from ppsolve.schedule import ScheduledOp
+
+Orders = Sequence[Sequence[Op]]
+Amounts = Mapping[tuple[int, int], float]
+
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+
+
+def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None) -> list[ScheduledOp]:
+    """Time a plan as soon as possible. ``orders[d]`` is device d's action list.
+
+    ``amounts[(stage, microbatch)]`` is what an offload moves; missing entries
+    move the most allowed (``fraction * activation``).
+    Raises InputError for an incomplete or misplaced plan, DeadlockError for an
+    order that can never finish.
+    """
+    engine = _Engine(problem, orders, amounts or {}, where="orders")
+    return engine.run(dynamic_lanes=True, avoid_compute_interior=True)
+
+
+def retime(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledOp]:
+    """Re-time a timed schedule as SPEC.md's runtime would execute it."""
+    ordered = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.is_compute, i))
+    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
+    for i in ordered:
+        orders[ops[i].device].append(ops[i].op)
+    amounts = {(op.stage, op.microbatch): op.amount for op in ops if op.kind is _OFF}
+    for op in ops:
+        if op.kind is _REL:
+            amounts.setdefault((op.stage, op.microbatch), op.amount)
+    engine = _Engine(problem, orders, amounts, where="schedule.ops", devices_from_ops=True)
+    lane_orders: dict[int, list[Op]] = {}
+    transfers = sorted((op for op in ops if op.kind.is_transfer), key=lambda o: (o.start, o.device, o.end))
+    for op in transfers:
+        lane_orders.setdefault(problem.lane(op.device, op.kind), []).append(op.op)
+    engine.fix_lane_orders(lane_orders)
+    return engine.run(dynamic_lanes=False, avoid_compute_interior=False)
+
+
+class _Engine:
+    """Actions as parallel arrays, a dependency graph, and a time-ordered event loop."""
+
+    def __init__(self, problem: Problem, orders: Orders, amounts: Amounts, where: str,
+                 devices_from_ops: bool = False):
+        self.problem = problem
+        if len(orders) != problem.devices:
+            raise InputError(where, f"must have one action list per device ({problem.devices}), got {len(orders)}")
+        self.ops: list[Op] = []
+        self.device: list[int] = []
+        self.position: list[int] = []
+        self.index: dict[Op, int] = {}
+        for device, actions in enumerate(orders):
+            for position, op in enumerate(actions):
+                if op in self.index:
+                    raise InputError(f"{where}[{device}][{position}]", f"{op} appears twice")
+                if not devices_from_ops and problem.placement[op.stage] != device:
+                    raise InputError(f"{where}[{device}][{position}]",
+                                     f"{op} belongs to device {problem.placement[op.stage]}, not {device}")
+                self.index[op] = len(self.ops)
+                self.ops.append(op)
+                self.device.append(device)
+                self.position.append(position)
+        self._check_complete(where)
+        n = len(self.ops)
+        self.amount = [0.0] * n
+        self.duration = [0.0] * n
+        self.lane = [-1] * n
+        for i, op in enumerate(self.ops):
+            if op.kind in TRANSFER_KINDS:
+                amount = amounts.get((op.stage, op.microbatch), problem.max_offload(op.stage))
+                self.amount[i] = amount
+                self.duration[i] = problem.duration(op.kind, op.stage, amount)
+                self.lane[i] = problem.lane(self.device[i], op.kind)
+            else:
+                self.duration[i] = problem.duration(op.kind, op.stage)
+        self.succ: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        self.indeg = [0] * n
+        self._add_edges(orders)
+
+    def _check_complete(self, where: str) -> None:
+        problem, index = self.problem, self.index
+        expected = problem.num_stages * problem.microbatches * len(problem.kinds)
+        compute = sum(1 for op in index if op.kind not in TRANSFER_KINDS)
+        stages, microbatches = problem.num_stages, problem.microbatches
+        for op in index:
+            kind, s, j = op
+            if not (0 <= s < stages and 0 <= j < microbatches):
+                raise InputError(where, f"{op} is out of range")
+            if kind is _W and not problem.split_backward:
+                raise InputError(where, f"{op}: fused backward has no W ops")
+            if kind is _OFF and (_REL, s, j) not in index:
+                raise InputError(where, f"{op} has no matching RELOAD")
+            if kind is _REL and (_OFF, s, j) not in index:
+                raise InputError(where, f"{op} has no matching OFFLOAD")
+            if kind in TRANSFER_KINDS and problem.offload is None:
+                raise InputError(where, f"{op}: the problem has no offload link")
+        if compute != expected:
+            missing = next(op for op in problem.compute_ops() if op not in index)
+            raise InputError(where, f"{expected - compute} compute ops are missing, first {missing}")
+
+    def _edge(self, u: int, v: int, lag: float = 0.0) -> None:
+        self.succ[u].append((v, lag))
+        self.indeg[v] += 1
+
+    def _add_edges(self, orders: Orders) -> None:
+        problem, index = self.problem, self.index
+        last = problem.num_stages - 1
+        for actions in orders:
+            prev_compute = None
+            for op in actions:
+                i = index[op]
+                if op.kind in TRANSFER_KINDS:
+                    if prev_compute is not None:
+                        self._edge(prev_compute, i)
+                    continue
+                if prev_compute is not None:
+                    self._edge(prev_compute, i)
+                prev_compute = i
+        # Plain tuples hash and compare equal to Op and are cheaper to build.
+        lat = [problem.latency(s, s + 1) for s in range(last)]
+        edge = self._edge
+        for (kind, s, j), i in index.items():
+            if kind is _F:
+                if s > 0:
+                    edge(index[(_F, s - 1, j)], i, lat[s - 1])
+            elif kind is _B:
+                if s == last:
+                    edge(index[(_F, s, j)], i)
+                else:
+                    edge(index[(_B, s + 1, j)], i, lat[s])
+                reload = index.get((_REL, s, j))
+                if reload is not None:
+                    edge(reload, i)
+            elif kind is _W:
+                edge(index[(_B, s, j)], i)
+            elif kind is _OFF:
+                edge(index[(_F, s, j)], i)
+            else:
+                edge(index[(_OFF, s, j)], i)
+
+    def fix_lane_orders(self, lane_orders: Mapping[int, Sequence[Op]]) -> None:
+        """Make each lane serve its transfers in the given order."""
+        for ops in lane_orders.values():
+            for before, after in zip(ops, ops[1:]):
+                self._edge(self.index[before], self.index[after])
+
+    def run(self, dynamic_lanes: bool, avoid_compute_interior: bool) -> list[ScheduledOp]:
+        n = len(self.ops)
+        ops, duration, lane, device, position = self.ops, self.duration, self.lane, self.device, self.position
+        succ, indeg = self.succ, list(self.indeg)
+        ready = [0.0] * n
+        start = [0.0] * n
+        end = [0.0] * n
+        done = 0
+        heap: list[tuple] = []
+        lane_free: dict[int, float] = {}
+        running = [(0.0, 0.0)] * self.problem.devices  # last compute op started on each device
+        for i in range(n):
+            if indeg[i] == 0:
+                heapq.heappush(heap, (0.0, lane[i] < 0, 0.0, device[i], position[i], i))
+        while heap:
+            t, is_compute, first_ready, dev, pos, i = heapq.heappop(heap)
+            if not is_compute:
+                if dynamic_lanes:
+                    free = lane_free.get(lane[i], 0.0)
+                    if free > t:
+                        heapq.heappush(heap, (free, False, first_ready, dev, pos, i))
+                        continue
+                if avoid_compute_interior:
+                    run_start, run_end = running[dev]
+                    if run_start < t < run_end:
+                        heapq.heappush(heap, (run_end, False, first_ready, dev, pos, i))
+                        continue
+                lane_free[lane[i]] = t + duration[i]
+            else:
+                running[dev] = (t, t + duration[i])
+            start[i] = t
+            finish = end[i] = t + duration[i]
+            done += 1
+            for v, lag in succ[i]:
+                if finish + lag > ready[v]:
+                    ready[v] = finish + lag
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
+        if done < n:
+            raise DeadlockError(self._deadlock_message(indeg))
+        return [ScheduledOp(op.kind, op.stage, op.microbatch, device[i], start[i], end[i], self.amount[i])
+                for i, op in enumerate(ops)]
+
+    def _deadlock_message(self, indeg: list[int]) -> str:
+        stuck = []
+        seen_devices = set()
+        for i in sorted(range(len(self.ops)), key=lambda i: (self.device[i], self.position[i])):
+            if indeg[i] > 0 and self.ops[i].kind.is_compute and self.device[i] not in seen_devices:
+                seen_devices.add(self.device[i])
+                stuck.append(f"device {self.device[i]} waits at {self.ops[i]} (position {self.position[i]})")
+        return "deadlock: the order can never finish: " + "; ".join(stuck[:6])
