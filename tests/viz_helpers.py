@@ -89,3 +89,40 @@ def register_for_test(monkeypatch, *methods: Method) -> None:
     registry.all_methods()  # load the real providers first, so they cannot clash later
     for method in methods:
         monkeypatch.setitem(registry._REGISTRY, method.name.lower(), method)
+
+
+def gpipe_orders(problem: Problem) -> list[list[Op]]:
+    """All forwards, then all backwards (linear placement)."""
+    m = problem.microbatches
+    orders = []
+    for i in range(problem.devices):
+        order = [Op(OpKind.F, i, j) for j in range(m)]
+        for j in range(m):
+            order.append(Op(OpKind.B, i, j))
+            if problem.split_backward:
+                order.append(Op(OpKind.W, i, j))
+        orders.append(order)
+    return orders
+
+
+def _best_candidate(problem: Problem, options) -> "object":
+    """A stand-in solver for linear problems: the fastest of a few fixed orders within capacity."""
+    from ppsolve.errors import InfeasibleError
+    from ppsolve.memory import peak_memory
+
+    best = None
+    for orders in (serial_orders(problem), one_f_one_b_orders(problem), gpipe_orders(problem)):
+        ops = simulate(problem, orders)
+        peaks = peak_memory(problem, ops)
+        if any(cap is not None and peak > cap + 1e-9 for peak, cap in zip(peaks, problem.capacity)):
+            continue
+        makespan = max(op.end for op in ops)
+        if best is None or makespan < best[0]:
+            best = (makespan, ops)
+    if best is None:
+        raise InfeasibleError("no candidate order fits the capacity")
+    return make_schedule(problem, best[1], "cpsat", status="feasible")
+
+
+FAKE_SOLVER = Method("cpsat", "solver", "test: best of serial, 1F1B and GPipe within capacity", "linear",
+                     _linear_only, _best_candidate)

@@ -39,8 +39,8 @@ def draw_ratio_heatmap(rows: Sequence[BenchRow]):
     ax = fig.add_axes((left, 0.9 / height, 1 - left - 0.9 / width, 1 - 1.4 / height))
     finite = grid[np.isfinite(grid)]
     top = max(1.05, float(finite.max()) if finite.size else 1.05)
-    cmap = LinearSegmentedColormap.from_list("ratio", ["#2b8a3e", "#f2e85c", "#d9480f", "#7a0000"])
-    cmap.set_bad("#e9ecef")
+    cmap = LinearSegmentedColormap.from_list("ratio", ["#2b8a3e", "#f2e85c", "#d9480f", "#7a0000"]).with_extremes(
+        bad="#e9ecef")
     image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=1.0, vmax=min(top, 2.0),
                       interpolation="nearest")
     for (i, j), value in np.ndenumerate(grid):
