@@ -32,16 +32,15 @@ def draw_ratio_heatmap(rows: Sequence[BenchRow]):
             grid[i, j] = r.ratio
         else:
             notes[(i, j)] = {"skipped": "n/a", "infeasible": "inf."}.get(r.status, "x" if r.valid is False else "err")
-    width = min(30.0, 2.8 + 0.95 * len(methods))
-    height = min(60.0, 1.4 + 0.26 * len(problems))
-    fig = new_figure(width, height)
-    left = min(0.45, 2.6 / width)
-    ax = fig.add_axes((left, 0.9 / height, 1 - left - 0.9 / width, 1 - 1.4 / height))
+    width = min(30.0, 4.0 + 0.95 * len(methods))
+    height = min(60.0, 2.2 + 0.26 * len(problems))
+    fig = new_figure(width, height, layout="constrained")
+    ax = fig.add_subplot()
     finite = grid[np.isfinite(grid)]
     top = max(1.05, float(finite.max()) if finite.size else 1.05)
     cmap = LinearSegmentedColormap.from_list("ratio", ["#2b8a3e", "#f2e85c", "#d9480f", "#7a0000"]).with_extremes(
         bad="#e9ecef")
-    image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=1.0, vmax=min(top, 2.0),
+    image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=1.0, vmax=min(top, 1.5),
                       interpolation="nearest")
     for (i, j), value in np.ndenumerate(grid):
         text = f"{value:.3f}" if math.isfinite(value) else notes.get((i, j), "")
@@ -54,8 +53,8 @@ def draw_ratio_heatmap(rows: Sequence[BenchRow]):
     ax.set_yticklabels(problems, fontsize=7)
     bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     bar.set_label("makespan / lower bound", fontsize=8)
-    fig.text(0.01, 0.3 / height, "n/a: method does not apply   inf.: method reports infeasible   "
-             "x: schedule failed the checker   err: method failed", fontsize=7, color="#555555")
+    ax.set_xlabel("n/a: does not apply   inf.: reports infeasible   x: failed the checker   err: method failed",
+                  fontsize=7, color="#555555")
     return fig
 
 

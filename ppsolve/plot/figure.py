@@ -32,11 +32,12 @@ def parse_size(text: str | None, where: str = "--size") -> tuple[float, float] |
     return width, height
 
 
-def new_figure(width: float, height: float):
-    """A matplotlib Figure of the given size in inches, detached from pyplot's global state."""
+def new_figure(width: float, height: float, layout: str | None = None):
+    """A matplotlib Figure of the given size in inches, detached from pyplot's global state.
+    ``layout="constrained"`` lets matplotlib place the axes; else the caller does."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height))
+    return Figure(figsize=(width, height), layout=layout)
 
 
 def render(figure, fmt: str, dpi: float = 100) -> bytes:
