@@ -7,7 +7,9 @@ from pathlib import Path
 from ppsolve.frontier import Frontier
 from ppsolve.plot.figure import new_figure, save_figure
 
-CURVE_STYLE = {"offload": ("#1864ab", "solver with offload"), "no-offload": ("#c92a2a", "solver without offload")}
+# Drawn in this order, so that the offload curve stays visible where the two coincide.
+CURVE_STYLE = {"no-offload": ("#c92a2a", "solver without offload", "--"),
+               "offload": ("#1864ab", "solver with offload", "-")}
 MARKERS = "sD^v<>Pp*hXo"
 
 
@@ -24,12 +26,13 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     right = max([*finite, *peaks, 1e-9])
     left = min([*finite, *peaks, right])
     unbounded_x = right + 0.12 * max(right - left, right * 0.2)
-    for curve, (color, label) in CURVE_STYLE.items():
+    for curve, (color, label, style) in CURVE_STYLE.items():
         pts = [p for p in frontier.curve(curve) if p.best_makespan is not None]
         if not pts:
             continue
         xs = [_x(p.capacity, unbounded_x) for p in pts]
-        ax.step(xs, [p.best_makespan for p in pts], where="post", color=color, linewidth=1.8, label=label)
+        ax.step(xs, [p.best_makespan for p in pts], where="post", color=color, linewidth=1.8, linestyle=style,
+                label=label)
         ax.plot(xs, [p.best_makespan for p in pts], "o", color=color, markersize=5)
         proved = [(x, p.best_makespan) for x, p in zip(xs, pts) if p.status == "optimal"
                   and p.best_makespan == p.makespan]
