@@ -76,7 +76,7 @@ def collect_problems(paths: Sequence[str | Path]) -> list[BenchProblem]:
     for given in paths:
         given = Path(given)
         if given.is_dir():
-            files = sorted(p for p in given.rglob("*.json") if p.is_file())
+            files = sorted(p for p in given.rglob("*.json") if p.is_file() and not _other_ppsolve_file(p))
             if not files:
                 raise InputError(str(given), "directory holds no *.json problem files")
             found += [(str(p.relative_to(given).with_suffix("")), p) for p in files]
@@ -98,6 +98,15 @@ def collect_problems(paths: Sequence[str | Path]) -> list[BenchProblem]:
             raise InputError(f"{path}: {exc.field}", exc.message) from None
         out.append(BenchProblem(label.replace("\\", "/"), path, problem))
     return out
+
+
+def _other_ppsolve_file(path: Path) -> bool:
+    """A ppsolve file that is not a problem (a schedule kept beside the problems): skipped in directories."""
+    try:
+        head = path.read_text(encoding="utf-8")[:400]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return '"ppsolve/' in head and '"ppsolve/problem@' not in head
 
 
 def select_methods(spec: str) -> list[Method]:

@@ -109,3 +109,24 @@ def test_unknown_method_is_one_clear_error(problem_dir, tmp_path, capsys):
 def test_missing_path_is_one_clear_error(tmp_path, capsys):
     assert main(["bench", str(tmp_path / "nope"), "--methods", "all", "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_benchmarks_md_is_generated_from_results(problem_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    register_for_test(monkeypatch, SERIAL, ONE_F_ONE_B)
+    out = tmp_path / "docs" / "bench"
+    assert main(["bench", str(problem_dir), "--methods", "serial,1f1b-test", "--out", str(out), "--quiet"]) == 0
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("write_benchmarks_md", root / "benchmarks" / "write_benchmarks_md.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    target = tmp_path / "BENCHMARKS.md"
+    assert module.main(["--results", str(out / "results.csv"), "--instances", str(problem_dir),
+                        "--out", str(target)]) == 0
+    text = target.read_text()
+    assert "-m ppsolve bench instances --methods all" in text and "-m ppsolve frontier" in text  # regenerate.sh
+    assert "| serial | baseline | 2 |" in text  # summary: serial valid on both problems
+    assert "| suite/b | 1f1b-test | skipped |" in text
+    assert "![makespan over bound per method and problem](docs/bench/ratio.png)" in text
+    assert "| suite/b | 2 | 2 | 2 | interleaved | fused |" in text
