@@ -243,7 +243,7 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
             note = f"peak {peaks[panel]:g}" + ("" if cap is None else f" / cap {cap:g}")
             ax.text(1.005, 0.5, note, transform=ax.transAxes, ha="left", va="center", fontsize=6.5, color="#333333")
             ax.set_ylabel(f"dev {panel}", fontsize=7, rotation=0, ha="right", va="center")
-            ax.yaxis.set_label_coords(-0.012 * 20 / max(lay.width, 1), 0.5)
+            ax.yaxis.set_label_coords(-0.42 / axes_w, 0.5)
             ax.locator_params(axis="y", nbins=2)
         else:
             ax.set_ylabel("memory", fontsize=8)
