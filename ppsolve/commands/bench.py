@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     problems = collect_problems(args.problems)
     methods = select_methods(args.methods)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", f"must be a directory, {out} is a file")
     options = RunOptions(time_limit=args.time_limit, threads=args.threads, quiet=True)
 
     def save(row, schedule) -> None:
