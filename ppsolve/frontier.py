@@ -117,6 +117,9 @@ def _run(solver: Method, problem: Problem, options: RunOptions) -> tuple[Frontie
     except PpsolveError as exc:
         point.status, point.note = "error", str(exc)
         schedule = None
+    except Exception as exc:  # one failing method must not lose the whole sweep; it is recorded
+        point.status, point.note = "error", f"{type(exc).__name__}: {exc}"
+        schedule = None
     point.seconds = time.perf_counter() - began
     if schedule is not None:
         report = check(schedule)
