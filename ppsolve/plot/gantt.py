@@ -112,12 +112,18 @@ def _lane_of(op: ScheduledOp) -> str:
     return "compute"
 
 
+def best_bound(schedule: Schedule) -> float:
+    """The analytic lower bound, or the method's own when it proved a tighter one."""
+    bound = makespan_lower_bound(schedule.problem).value
+    if schedule.method.lower_bound is not None:
+        bound = max(bound, float(schedule.method.lower_bound))
+    return bound
+
+
 def title_lines(schedule: Schedule) -> tuple[str, str]:
     """The headline figures, and a line describing the problem."""
     problem, method = schedule.problem, schedule.method
-    bound = makespan_lower_bound(problem).value
-    if method.lower_bound is not None:
-        bound = max(bound, float(method.lower_bound))
+    bound = best_bound(schedule)
     makespan = schedule.makespan
     gap = max(0.0, (makespan - bound) / makespan) if makespan > 0 else 0.0
     peak = max(schedule.peak_memory, default=0.0)
@@ -203,6 +209,10 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     fig.text(frac_x(LEFT), frac_y(0.22), head, fontsize=11, weight="bold", va="center")
     fig.text(frac_x(LEFT), frac_y(0.48), sub, fontsize=8.5, va="center", color="#333333")
     ax.tick_params(axis="x", labelbottom=False)
+    bound = best_bound(schedule)
+    if 0 < bound < span:
+        ax.axvline(bound, color="#333333", linestyle=":", linewidth=0.9)
+        ax.text(bound, 1.0, " bound", transform=ax.get_xaxis_transform(), fontsize=7, va="bottom", color="#333333")
 
     _draw_memory(fig, schedule, lay, frac_x, frac_y, axes_w, ax)
     return fig
