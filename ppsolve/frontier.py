@@ -177,6 +177,9 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
                      on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
     """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule)."""
     solver = get_solver(solver_name)
+    reason = solver.why_not(problem)
+    if reason is not None:
+        raise NotApplicableError(f"the solver {solver.name} does not apply to this problem: {reason}")
     options = RunOptions(time_limit=time_limit, threads=threads, quiet=True)
     frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit)
     offload = problem.can_offload

@@ -116,3 +116,9 @@ def test_capacity_below_least_feasible_is_refused(monkeypatch, tmp_path, capsys)
     src.write_text(json.dumps(tiny_problem(2, 2).to_dict()))
     assert main(["frontier", str(src), "--capacities", "0.5,inf", "-o", str(tmp_path / "f.png")]) == 2
     assert "--capacities" in capsys.readouterr().err
+
+
+def test_refuses_a_problem_the_solver_does_not_take(monkeypatch):
+    register_for_test(monkeypatch, FAKE_SOLVER)  # linear placements only
+    with pytest.raises(NotApplicableError, match="does not apply to this problem: needs a linear placement"):
+        compute_frontier(tiny_problem(2, 2, chunks=2, placement="vshape"))

@@ -15,7 +15,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench", help="run methods on problems, check every schedule, write tables and plots",
         description="Directories are searched recursively for *.json problem files.")
-    parser.add_argument("problems", nargs="+", help="problem files or directories")
+    parser.add_argument("problems", nargs="*", help="problem files or directories (default: instances)")
     parser.add_argument("--methods", default="all", help="'all' or method names separated by commas")
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per method and problem (solvers)")
     parser.add_argument("--threads", type=int, default=None, help="solver threads")
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.time_limit > 0:
         raise InputError("--time-limit", f"must be > 0 seconds, got {args.time_limit:g}")
-    problems = collect_problems(args.problems)
+    problems = collect_problems(args.problems or ["instances"])
     methods = select_methods(args.methods)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
