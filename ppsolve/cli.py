@@ -19,6 +19,10 @@ COMMANDS = [
     "check",
     "bound",
     "schema",
+    "plot",
+    "export",
+    "bench",
+    "frontier",
 ]
 
 
