@@ -1,0 +1,100 @@
+"""Measured against predicted: activation peaks, per-op wall times, Chrome trace.
+
+The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
+each stage's activation (and weight_hold) set to the bytes measured on that run;
+an offload moves its planned share (amount / activation) of those bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+
+from ppsolve.memory import peak_memory
+from ppsolve.ops import OpKind
+from ppsolve.problem import problem_from_dict
+from ppsolve.schedule import Schedule, ScheduledOp
+
+
+@dataclass
+class RankFigures:
+    rank: int
+    measured_peak: int
+    predicted_peak: float
+    op_ms: dict[str, float]  # median wall time per kind, milliseconds
+    span_ms: float
+
+
+def stage_bytes(results) -> dict[int, int]:
+    """Bytes one microbatch of each stage saves (they must agree across microbatches)."""
+    out = {}
+    for result in results:
+        for s, sizes in result.activation_bytes.items():
+            if len(set(sizes)) != 1:
+                raise ValueError(f"stage {s}: microbatches saved different byte counts {sorted(set(sizes))}")
+            out[s] = sizes[0]
+    return out
+
+
+def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_all: bool = True) -> list[float]:
+    """SPEC.md's peak per device with activation = measured bytes (weight_hold = activation:
+    this executor keeps every saved tensor until W)."""
+    problem = schedule.problem
+    data = problem.to_dict()
+    acts = [float(act_bytes[s]) for s in range(problem.num_stages)]
+    data["memory"] = {"activation": acts, "weight_hold": acts if hold_all else 0, "capacity": None}
+    measured_problem = problem_from_dict(data)
+    ops = []
+    for op in schedule.ops:
+        amount = op.amount
+        if op.kind.is_transfer:
+            share = op.amount / problem.activation[op.stage] if problem.activation[op.stage] > 0 else 1.0
+            amount = acts[op.stage] if share >= 1 - 1e-9 else share * acts[op.stage]
+        ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, op.device, op.start, op.end, amount))
+    return peak_memory(measured_problem, ops)
+
+
+def figures(schedule: Schedule, results) -> list[RankFigures]:
+    predicted = predicted_peaks(schedule, stage_bytes(results))
+    out = []
+    for result in results:
+        by_kind: dict[str, list[float]] = {}
+        for rec in result.records:
+            by_kind.setdefault(rec.kind, []).append((rec.end - rec.start) * 1e3)
+        span = max((r.end for r in result.records), default=0.0) * 1e3
+        out.append(RankFigures(result.rank, result.peak, predicted[result.rank],
+                               {k: median(v) for k, v in by_kind.items()}, span))
+    return out
+
+
+def render(figs: list[RankFigures]) -> str:
+    kinds = [k.value for k in OpKind if any(k.value in f.op_ms for f in figs)]
+    head = "rank  peak measured (B)  peak predicted (B)  " + "  ".join(f"{k + ' ms':>10}" for k in kinds) + "   span ms"
+    lines = [head]
+    for f in figs:
+        times = "  ".join(f"{f.op_ms.get(k, 0.0):10.3f}" for k in kinds)
+        mark = "" if f.measured_peak == f.predicted_peak else "  (differs)"
+        lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  {times}  {f.span_ms:8.2f}{mark}")
+    return "\n".join(lines)
+
+
+def chrome_trace(schedule: Schedule, results) -> dict:
+    """Measured ops as a Chrome trace: one process per rank, compute and transfer threads,
+    and a counter of the activation bytes held."""
+    events = []
+    for result in results:
+        pid = result.rank
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {pid}"}})
+        for tid, name in ((0, "compute"), (1, "host link")):
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+        for rec in result.records:
+            tid = 1 if rec.kind in (OpKind.OFFLOAD.value, OpKind.RELOAD.value) else 0
+            args = {"stage": rec.stage, "microbatch": rec.microbatch, "held_bytes": rec.held}
+            if rec.moved:
+                args["moved_bytes"] = rec.moved
+            events.append({"name": rec.op, "cat": rec.kind, "ph": "X", "pid": pid, "tid": tid,
+                           "ts": rec.start * 1e6, "dur": max(rec.end - rec.start, 0.0) * 1e6, "args": args})
+            events.append({"name": "activation bytes", "ph": "C", "pid": pid, "ts": rec.end * 1e6,
+                           "args": {"held": rec.held}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"method": schedule.method.name, "source": "ppsolve run (measured)"}}

@@ -1,0 +1,1 @@
+"""Exporters of schedules to other runtimes' formats (no torch import)."""
