@@ -19,6 +19,8 @@ COMMANDS = [
     "check",
     "bound",
     "schema",
+    "run",
+    "profile",
 ]
 
 
