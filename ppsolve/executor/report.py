@@ -23,6 +23,8 @@ class RankFigures:
     predicted_peak: float
     op_ms: dict[str, float]  # median wall time per kind, milliseconds
     span_ms: float
+    planned: dict[str, float]  # median planned duration per kind (problem time units)
+    planned_span: float
 
 
 def stage_bytes(results) -> dict[int, int]:
@@ -62,25 +64,35 @@ def figures(schedule: Schedule, results) -> list[RankFigures]:
         for rec in result.records:
             by_kind.setdefault(rec.kind, []).append((rec.end - rec.start) * 1e3)
         span = max((r.end for r in result.records), default=0.0) * 1e3
+        planned: dict[str, list[float]] = {}
+        mine = [op for op in schedule.ops if op.device == result.rank]
+        for op in mine:
+            planned.setdefault(op.kind.value, []).append(op.end - op.start)
         out.append(RankFigures(result.rank, result.peak, predicted[result.rank],
-                               {k: median(v) for k, v in by_kind.items()}, span))
+                               {k: median(v) for k, v in by_kind.items()}, span,
+                               {k: median(v) for k, v in planned.items()}, max(op.end for op in mine)))
     return out
 
 
 def render(figs: list[RankFigures]) -> str:
+    """Per rank: peaks in bytes, then measured / planned median time of each op kind and the
+    rank's span (measured ms / planned, in the problem's time unit)."""
     kinds = [k.value for k in OpKind if any(k.value in f.op_ms for f in figs)]
-    head = "rank  peak measured (B)  peak predicted (B)  " + "  ".join(f"{k + ' ms':>10}" for k in kinds) + "   span ms"
-    lines = [head]
+    cols = [f"{k} ms meas/plan" for k in kinds] + ["span meas/plan"]
+    lines = ["rank  peak measured (B)  peak predicted (B)  " + "  ".join(f"{c:>17}" for c in cols)]
     for f in figs:
-        times = "  ".join(f"{f.op_ms.get(k, 0.0):10.3f}" for k in kinds)
-        mark = "" if f.measured_peak == f.predicted_peak else "  (differs)"
-        lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  {times}  {f.span_ms:8.2f}{mark}")
+        cells = [f"{f.op_ms.get(k, 0.0):.3f}/{f.planned.get(k, 0.0):.3f}" for k in kinds]
+        cells.append(f"{f.span_ms:.2f}/{f.planned_span:.2f}")
+        mark = "" if f.measured_peak == f.predicted_peak else "  (peak differs)"
+        lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  "
+                     + "  ".join(f"{c:>17}" for c in cells) + mark)
     return "\n".join(lines)
 
 
 def chrome_trace(schedule: Schedule, results) -> dict:
     """Measured ops as a Chrome trace: one process per rank, compute and transfer threads,
-    and a counter of the activation bytes held."""
+    a counter of the activation bytes held, and the planned ops as processes
+    "planned device d" (pid 1000 + d) to compare with."""
     events = []
     for result in results:
         pid = result.rank
@@ -92,9 +104,20 @@ def chrome_trace(schedule: Schedule, results) -> dict:
             args = {"stage": rec.stage, "microbatch": rec.microbatch, "held_bytes": rec.held}
             if rec.moved:
                 args["moved_bytes"] = rec.moved
+            if rec.waited:
+                args["waited_ms"] = rec.waited * 1e3
             events.append({"name": rec.op, "cat": rec.kind, "ph": "X", "pid": pid, "tid": tid,
                            "ts": rec.start * 1e6, "dur": max(rec.end - rec.start, 0.0) * 1e6, "args": args})
             events.append({"name": "activation bytes", "ph": "C", "pid": pid, "ts": rec.end * 1e6,
                            "args": {"held": rec.held}})
+    for op in schedule.ops:  # the plan beside it, its time unit read as ms
+        pid = 1000 + op.device
+        tid = 1 if op.kind.is_transfer else 0
+        events.append({"name": str(op.op), "cat": op.kind.value, "ph": "X", "pid": pid, "tid": tid,
+                       "ts": op.start * 1e3, "dur": (op.end - op.start) * 1e3,
+                       "args": {"stage": op.stage, "microbatch": op.microbatch}})
+    for device in range(schedule.problem.devices):
+        events.append({"name": "process_name", "ph": "M", "pid": 1000 + device,
+                       "args": {"name": f"planned device {device}"}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"method": schedule.method.name, "source": "ppsolve run (measured)"}}

@@ -54,6 +54,7 @@ class OpRecord:
     end: float
     held: int
     moved: int = 0
+    waited: float = 0.0  # seconds spent waiting for the input or gradient before ``start``
 
 
 @dataclass
@@ -146,17 +147,19 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
             raise RuntimeError(f"injected failure at action {index} ({op.op})")
         s, j, kind = op.stage, op.microbatch, op.kind
         stage = stages[s]
-        start = time.perf_counter() - t0
+        issued = start = time.perf_counter() - t0
         moved = 0
         if kind is OpKind.F:
             x = data[j][0] if s == 0 else (local.pop((FWD, s, j)) if place[s - 1] == rank
                                           else comm.wait_recv(FWD, s, j))
+            start = time.perf_counter() - t0
             out = stage.forward(j, x, data[j][1] if s == S - 1 else None)
             if out is not None:
                 _pass(comm, local, FWD, s + 1, j, out, place[s + 1], rank)
         elif kind is OpKind.B:
             grad = None if s == S - 1 else (local.pop((BWD, s, j)) if place[s + 1] == rank
                                             else comm.wait_recv(BWD, s, j))
+            start = time.perf_counter() - t0
             grad_in = (stage.backward_input(j, grad) if problem.split_backward
                        else stage.backward_full(j, grad))
             if s > 0:
@@ -170,7 +173,8 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
             moved = stage.reload(j)
         end = time.perf_counter() - t0
         peak = max(peak, ledger.held)
-        result.records.append(OpRecord(str(op.op), kind.value, s, j, start, end, ledger.held, moved))
+        result.records.append(OpRecord(str(op.op), kind.value, s, j, start, end, ledger.held, moved,
+                                       start - issued))
     comm.finish()
     result.peak = peak
     for s, stage in stages.items():
