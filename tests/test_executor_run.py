@@ -102,3 +102,20 @@ def test_failing_rank_stops_the_run_with_its_error():
     with pytest.raises(ExecutionError, match=r"rank 1 failed: RuntimeError: injected failure at action 3"):
         execute(schedule, GPT, fail_at=(1, 3), timeout_s=30)
     assert time.monotonic() - began < 60
+
+
+def test_profile_then_run_end_to_end(tmp_path):
+    from ppsolve.cli import main
+    from ppsolve.problem import load_problem
+
+    out = tmp_path / "problem.json"
+    assert main(["profile", "--model", str(MLP), "--devices", "2", "--microbatches", "3", "--repeats", "1",
+                 "--offload", "-o", str(out)]) == 0
+    prob = load_problem(out)
+    assert prob.devices == 2 and prob.can_offload and all(t > 0 for t in prob.forward)
+    profiled = json.loads(out.read_text())["x-profile"]["activation_bytes"]
+    schedule = make(prob, pipelined_orders(prob, lag=1, w_delay=1), "1f1b-order")
+    outcome = run_schedule_and_compare(schedule, MLP)
+    measured = [outcome.results[s].activation_bytes[s][0] for s in range(2)]
+    assert measured == profiled
+    _assert_peaks_match(outcome)
