@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")
     print(f"  activation MiB:     {per(problem.activation)}")
+    if problem.split_backward:
+        print(f"  weight_hold MiB:    {per(problem.weight_hold)}")
     if problem.offload is not None:
         print(f"  host copy MiB/ms:   {problem.offload.d2h:.3f}")
     print(f"wrote {args.output}")

@@ -30,11 +30,11 @@ def _timed(fn) -> float:
 
 
 def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x, target, split: bool,
-                  warmup: int, repeats: int) -> tuple[float, float, float, int]:
-    """(F ms, B ms, W ms, activation bytes) of one stage for one microbatch."""
+                  warmup: int, repeats: int) -> tuple[float, float, float, int, int]:
+    """(F ms, B ms, W ms, activation bytes, bytes held from B to W) of one stage for one microbatch."""
     params = list(stage_module.parameters())
     times: list[tuple[float, float, float]] = []
-    nbytes = 0
+    nbytes = hold = 0
     for rep in range(warmup + repeats):
         ledger = SavedBytes(params)
         stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, ledger)
@@ -44,6 +44,7 @@ def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x,
         nbytes = stage.bytes_of[0]
         if split:
             t_b = _timed(lambda: stage.backward_input(0, grad))
+            hold = stage.hold_of[0]
             t_w = _timed(lambda: stage.backward_weight(0))
         else:
             t_b, t_w = _timed(lambda: stage.backward_full(0, grad)), 0.0
@@ -51,7 +52,7 @@ def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x,
         if rep >= warmup:
             times.append((t_f, t_b, t_w))
     f, b, w = (median(t[k] for t in times) for k in range(3))
-    return f, b, w, nbytes
+    return f, b, w, nbytes, hold
 
 
 def host_bandwidth(nbytes: int, repeats: int = 5) -> float:
@@ -73,9 +74,9 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
     torch.set_num_threads(1)
     modules = models.build_stages(spec, num_stages)
     x, target = models.microbatch(spec, 0)
-    fwd, bwd_in, bwd_w, act = [], [], [], []
+    fwd, bwd_in, bwd_w, act, holds = [], [], [], [], []
     for s in range(num_stages):
-        f, b, w, nbytes = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
+        f, b, w, nbytes, hold = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
                                         split, warmup, repeats)
         if not split:
             b, w = b / 2, b / 2
@@ -83,6 +84,7 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         bwd_in.append(round(b, 6))
         bwd_w.append(round(w, 6))
         act.append(nbytes / MIB)
+        holds.append(hold / MIB)
         with torch.no_grad():
             x = modules[s](x) if s < num_stages - 1 else x
     data = {
@@ -90,10 +92,11 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         "devices": devices, "microbatches": microbatches, "chunks": chunks, "placement": placement,
         "backward": "split" if split else "fused",
         "time": {"forward": fwd, "backward_input": bwd_in, "backward_weight": bwd_w, "p2p": p2p},
-        "memory": {"activation": act, "weight_hold": act if split else 0, "capacity": capacity},
+        "memory": {"activation": act, "weight_hold": holds if split else 0, "capacity": capacity},
         "x-profile": {"model": spec.to_dict(), "units": {"time": "ms", "memory": "MiB"},
                       "torch": torch.__version__, "threads": 1,
-                      "activation_bytes": [int(a * MIB) for a in act]},
+                      "activation_bytes": [int(a * MIB) for a in act],
+                      "weight_hold_bytes": [int(h * MIB) for h in holds]},
     }
     if offload:
         bw = round(host_bandwidth(int(max(act) * MIB)), 6)

@@ -1,7 +1,7 @@
 """Measured against predicted: activation peaks, per-op wall times, Chrome trace.
 
 The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
-each stage's activation (and weight_hold) set to the bytes measured on that run;
+each stage's activation and weight_hold set to the bytes measured on that run;
 an offload moves its planned share (amount / activation) of those bytes.
 """
 
@@ -27,24 +27,25 @@ class RankFigures:
     planned_span: float
 
 
-def stage_bytes(results) -> dict[int, int]:
-    """Bytes one microbatch of each stage saves (they must agree across microbatches)."""
+def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
+    """Bytes one microbatch of each stage saves (or holds from B to W with
+    ``what="hold_bytes"``); they must agree across microbatches."""
     out = {}
     for result in results:
-        for s, sizes in result.activation_bytes.items():
+        for s, sizes in getattr(result, what).items():
             if len(set(sizes)) != 1:
-                raise ValueError(f"stage {s}: microbatches saved different byte counts {sorted(set(sizes))}")
+                raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
             out[s] = sizes[0]
     return out
 
 
-def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_all: bool = True) -> list[float]:
-    """SPEC.md's peak per device with activation = measured bytes (weight_hold = activation:
-    this executor keeps every saved tensor until W)."""
+def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int]) -> list[float]:
+    """SPEC.md's peak per device with activation and weight_hold set to the measured bytes."""
     problem = schedule.problem
     data = problem.to_dict()
     acts = [float(act_bytes[s]) for s in range(problem.num_stages)]
-    data["memory"] = {"activation": acts, "weight_hold": acts if hold_all else 0, "capacity": None}
+    holds = [float(hold_bytes[s]) for s in range(problem.num_stages)] if problem.split_backward else 0
+    data["memory"] = {"activation": acts, "weight_hold": holds, "capacity": None}
     measured_problem = problem_from_dict(data)
     ops = []
     for op in schedule.ops:
@@ -57,7 +58,7 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_all: boo
 
 
 def figures(schedule: Schedule, results) -> list[RankFigures]:
-    predicted = predicted_peaks(schedule, stage_bytes(results))
+    predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"))
     out = []
     for result in results:
         by_kind: dict[str, list[float]] = {}

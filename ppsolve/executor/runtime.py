@@ -62,6 +62,7 @@ class RankResult:
     rank: int
     records: list[OpRecord] = field(default_factory=list)
     activation_bytes: dict[int, list[int]] = field(default_factory=dict)
+    hold_bytes: dict[int, list[int]] = field(default_factory=dict)  # held from B to W (split backward)
     peak: int = 0
     losses: dict[int, float] = field(default_factory=dict)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -181,6 +182,7 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
         if stage.pending:
             raise RuntimeError(f"stage {s}: microbatches {sorted(stage.pending)} never finished their backward")
         result.activation_bytes[s] = [stage.bytes_of[j] for j in range(M)]
+        result.hold_bytes[s] = [stage.hold_of.get(j, 0) for j in range(M)]
         result.losses.update(stage.losses)
     return result
 

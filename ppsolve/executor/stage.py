@@ -7,17 +7,22 @@ storages another live microbatch already owns. The bytes of those storages are
 the microbatch's activation on this rank. Offload copies each storage into a
 separate host buffer and frees the original (the storage is resized to zero, so
 every tensor and view keeps pointing at it); reload allocates it again and copies
-the bytes back. Split backward: B takes the input gradient keeping the graph, W
-takes the weight gradients from the same graph and frees it, so every saved
-tensor is held until W (weight_hold = activation in this executor).
+the bytes back. Split backward (see ``split``): B takes the input gradient and
+records the gradients reaching the parameter branches; W runs only those branches.
+Every saved
+tensor the weight gradients still need is held until W: B drops the output side
+of the graph, and what stays alive is measured as the microbatch's weight hold.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from ppsolve.executor import split
 
 
 class SavedBytes:
@@ -28,12 +33,15 @@ class SavedBytes:
         self.owner: dict[int, tuple[int, int]] = {}
         self.held = 0
 
-    def claim(self, tensor: torch.Tensor, key: tuple[int, int], found: dict[int, torch.UntypedStorage]) -> None:
+    def claim(self, tensor: torch.Tensor, found: dict[int, torch.UntypedStorage]) -> int | None:
+        """Index of ``tensor``'s storage among ``found`` (added if new); None when not counted."""
         storage = tensor.untyped_storage()
         ptr = storage.data_ptr()
-        if ptr == 0 or storage.nbytes() == 0 or ptr in self.param_ptrs or ptr in self.owner or ptr in found:
-            return
-        found[ptr] = storage
+        if ptr == 0 or storage.nbytes() == 0 or ptr in self.param_ptrs or ptr in self.owner:
+            return None
+        if ptr not in found:
+            found[ptr] = storage
+        return list(found).index(ptr)
 
     def register(self, key: tuple[int, int], found: dict[int, torch.UntypedStorage]) -> int:
         for ptr in found:
@@ -54,14 +62,17 @@ class Pending:
 
     inputs: torch.Tensor | None
     outputs: torch.Tensor
-    storages: list[torch.UntypedStorage]
+    storages: list[torch.UntypedStorage | None]
     ptrs: list[int]
     sizes: list[int]
     nbytes: int
+    saved: list[tuple[weakref.ref, int]] = field(default_factory=list)  # saved tensors and their storage index
     grad: torch.Tensor | None = None
     host: list[torch.Tensor | None] = field(default_factory=list)
     moved: int = 0
-    input_grad_done: bool = False
+    plan: split.WeightPlan | None = None
+    hold: int = 0  # bytes still held between B and W
+    input_done: bool = False  # B of split backward has run
 
 
 class Stage:
@@ -80,6 +91,7 @@ class Stage:
         self.pending: dict[int, Pending] = {}
         self.losses: dict[int, float] = {}
         self.bytes_of: dict[int, int] = {}
+        self.hold_of: dict[int, int] = {}
 
     # ----- forward -----
     def forward(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor | None:
@@ -87,10 +99,14 @@ class Stage:
         key = (self.index, j)
         inputs = None if self.is_first else x.detach().requires_grad_(True)
         found: dict[int, torch.UntypedStorage] = {}
+        saved: list[tuple[weakref.ref, int]] = []
 
         def pack(t: torch.Tensor) -> torch.Tensor:
-            self.ledger.claim(t, key, found)
-            return t
+            kept = t.detach()  # no grad_fn: no reference cycle through saved outputs
+            index = self.ledger.claim(t, found)
+            if index is not None:
+                saved.append((weakref.ref(kept), index))
+            return kept
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = self.module(x if inputs is None else inputs)
@@ -102,7 +118,7 @@ class Stage:
         self.bytes_of[j] = nbytes
         storages = list(found.values())
         self.pending[j] = Pending(inputs, out, storages, list(found), [s.nbytes() for s in storages], nbytes,
-                                  host=[None] * len(storages))
+                                  saved=saved, host=[None] * len(storages))
         return None if self.is_last else out.detach()
 
     # ----- backward -----
@@ -110,17 +126,34 @@ class Stage:
         """B of split backward: the input gradient only; the graph stays for W."""
         state = self._ready(j)
         state.grad = grad
-        state.input_grad_done = True
-        if state.inputs is None:
-            return None  # stage 0 has no input gradient: its W does the whole backward
-        (grad_in,) = torch.autograd.grad(state.outputs, [state.inputs], grad, retain_graph=True)
+        state.input_done = True
+        if state.inputs is not None:
+            state.plan = split.plan_split(state.outputs, state.inputs, self.params)
+        if state.plan is None:
+            # stage 0 (no input gradient): W does the whole backward, everything stays
+            state.hold = state.nbytes
+            self.hold_of[j] = state.hold
+            return None
+        grad_in = split.backward_input(state.outputs, state.inputs, grad, state.plan)
+        state.outputs = state.inputs = state.grad = None  # frees the output side of the graph
+        alive = {index for ref, index in state.saved if ref() is not None}
+        state.hold = sum(state.sizes[i] for i in alive)
+        self.hold_of[j] = state.hold
+        for i in set(range(len(state.storages))) - alive:
+            self.ledger.owner.pop(state.ptrs[i], None)
+            state.storages[i] = None  # let the freed activation go
+        self.ledger.held -= state.nbytes - state.hold
         return grad_in
 
     def backward_weight(self, j: int) -> None:
         """W: the weight gradients of microbatch j, accumulated into ``.grad``; frees the graph."""
         state = self._ready(j)
-        grads = torch.autograd.grad(state.outputs, self.params, state.grad, allow_unused=True)
+        if state.plan is None:
+            grads = torch.autograd.grad(state.outputs, self.params, state.grad, allow_unused=True)
+        else:
+            grads = split.backward_weight(state.plan, self.params)
         self._accumulate(grads)
+        state.plan = None
         self._release(j)
 
     def backward_full(self, j: int, grad: torch.Tensor | None) -> torch.Tensor | None:
@@ -154,7 +187,7 @@ class Stage:
 
     def _release(self, j: int) -> None:
         state = self.pending.pop(j)
-        self.ledger.release(state.ptrs, state.nbytes)
+        self.ledger.release(state.ptrs, state.hold if state.input_done else state.nbytes)
 
     # ----- offload -----
     def offload(self, j: int, fraction: float) -> int:
