@@ -23,6 +23,8 @@ COMMANDS = [
     "export",
     "bench",
     "frontier",
+    "run",
+    "profile",
 ]
 
 

@@ -33,6 +33,9 @@ EXPORTERS: dict[str, Exporter] = {
     for exporter in (
         Exporter("chrome-trace", "ppsolve.export.chrome_trace",
                  "Trace Event JSON for Perfetto (ui.perfetto.dev) and chrome://tracing", ".json"),
+        Exporter("torch", "ppsolve.export.torch_csv",
+                 "compute_only CSV for torch.distributed.pipelining's _PipelineScheduleRuntime._load_csv",
+                 ".csv"),
     )
 }
 
