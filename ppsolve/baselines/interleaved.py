@@ -1,0 +1,62 @@
+"""Interleaved 1F1B (Megatron's virtual pipeline), generalised to any m and v.
+
+Device i holds stages ``c*d + i`` for chunks c = 0..v-1. Microbatches go in
+groups of d (the last group may be smaller): a group runs chunk 0 for all its
+microbatches, then chunk 1, and so on; backwards visit the chunks in reverse.
+Device i warms up with ``2(d - 1 - i) + (v - 1) d`` forwards (Megatron's count,
+capped at m v), then alternates one forward and one backward, then drains.
+With split backward, W runs right after its B.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ppsolve.baselines.common import Requirement, finish, with_w_after_b
+from ppsolve.methods import RunOptions
+from ppsolve.ops import B, F, Op
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
+
+INTERLEAVED = Requirement(placements=("interleaved",))
+
+
+def chunk_sequence(m: int, d: int, v: int, reverse: bool) -> list[tuple[int, int]]:
+    """(chunk, microbatch) pairs in Megatron's grouped order."""
+    out = []
+    for base in range(0, m, d):
+        size = min(d, m - base)
+        chunks = range(v - 1, -1, -1) if reverse else range(v)
+        for c in chunks:
+            out += [(c, base + k) for k in range(size)]
+    return out
+
+
+def interleaved_orders(problem: Problem, warmup) -> list[list[Op]]:
+    """Per-device orders with ``warmup(i)`` forwards before the first backward."""
+    d, m, v = problem.devices, problem.microbatches, problem.chunks
+    forwards = chunk_sequence(m, d, v, reverse=False)
+    backwards = chunk_sequence(m, d, v, reverse=True)
+    total = m * v
+    orders = []
+    for i in range(d):
+        warm = min(warmup(i), total)
+        order: list[Op] = [F(c * d + i, j) for c, j in forwards[:warm]]
+        for k in range(total - warm):
+            c, j = forwards[warm + k]
+            cb, jb = backwards[k]
+            order += [F(c * d + i, j), B(cb * d + i, jb)]
+        order += [B(c * d + i, j) for c, j in backwards[total - warm:]]
+        orders.append(order)
+    return orders
+
+
+def megatron_warmup(problem: Problem):
+    d, v = problem.devices, problem.chunks
+    return lambda i: 2 * (d - 1 - i) + (v - 1) * d
+
+
+def build_interleaved(problem: Problem, options: RunOptions) -> Schedule:
+    started = time.perf_counter()
+    orders = [with_w_after_b(problem, o) for o in interleaved_orders(problem, megatron_warmup(problem))]
+    return finish(problem, orders, "interleaved-1f1b", options, started)
