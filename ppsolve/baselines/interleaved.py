@@ -18,7 +18,7 @@ from ppsolve.ops import B, F, Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
-INTERLEAVED = Requirement(placements=("interleaved",))
+INTERLEAVED = Requirement(placements=("interleaved", "linear"))
 
 
 def chunk_sequence(m: int, d: int, v: int, reverse: bool) -> list[tuple[int, int]]:

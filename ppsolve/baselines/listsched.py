@@ -101,10 +101,20 @@ class _ListScheduler:
                         break
                     t += 1
                 self.trigger.setdefault(t, []).append(s)
+        # what admitting one more microbatch needs on each device: its whole chain, less what
+        # the offloads of its earlier stages move out before its later forwards start
+        self.need = []
+        for st in problem.stages_of_device:
+            held = worst = 0.0
+            for s in st:
+                worst = max(worst, held + self.act[s])
+                held += self.act[s] - self.amount[s]
+            self.need.append(worst)
 
     def run(self):
         p, S, D, m = self.p, self.S, self.D, self.m
         dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
+        need = self.need
         limit, amount, split = self.limit, self.amount, self.split
         w_defer = self.policy.w_defer
         orders: list[list[Op]] = [[] for _ in range(D)]
@@ -186,7 +196,7 @@ class _ListScheduler:
                 kind = _F
                 committed[d] -= act[s]
                 level[d] += act[s]
-            elif rfa[d] and (limit[d] is None or level[d] + committed[d] + act[rfa[d][0][1]] + rest[d]
+            elif rfa[d] and (limit[d] is None or level[d] + committed[d] + need[d]
                              + unusable[d] + (reserve[d] if on_host[d] else 0.0) <= limit[d] + _EPS):
                 j, s = heapq.heappop(rfa[d])
                 kind = _F

@@ -1,0 +1,132 @@
+"""``greedy``: a list scheduler for any placement and backward mode, within the memory cap.
+
+It is the solver's warm start and the fallback when no published schedule
+applies. It runs the list scheduler (:mod:`ppsolve.baselines.listsched`) on the
+real costs with each device's capacity as its limit, and when the problem has
+an offload link it also tries offloading the activations that wait longest
+(estimated from the critical path between a stage's F and its B, and kept only
+where that wait hides the round trip over the link). Every candidate is timed
+by the simulator; the fastest one within the caps wins. If none fits (a
+simulated offload finishing later than the scheduler assumed), it retries with
+tighter limits, down to one microbatch in flight.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ppsolve.baselines.common import finish
+from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.bounds import require_feasible_capacity
+from ppsolve.errors import DeadlockError, InfeasibleError
+from ppsolve.memory import peak_memory
+from ppsolve.methods import RunOptions
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
+from ppsolve.simulator import simulate
+
+_TOL = 1e-9
+
+
+def estimated_wait(problem: Problem, stage: int) -> float:
+    """Least time between the end of F(stage, j) and the start of B(stage, j): the rest of its round trip."""
+    S = problem.num_stages
+    wait = 0.0
+    for u in range(stage + 1, S):
+        lat = problem.latency(u - 1, u)
+        wait += problem.forward[u] + problem.duration(OpKind.B, u) + 2 * lat
+    return wait
+
+
+def offload_candidates(problem: Problem) -> list[frozenset[int]]:
+    """Sets of stages worth offloading, longest-waiting first: the top half, then all."""
+    if not problem.can_offload:
+        return []
+    scored = []
+    for s in range(problem.num_stages - 1):
+        amount = problem.max_offload(s)
+        if amount <= 0:
+            continue
+        trip = problem.duration(OpKind.OFFLOAD, s, amount) + problem.duration(OpKind.RELOAD, s, amount)
+        slack = estimated_wait(problem, s) - trip
+        if slack >= 0:
+            scored.append((slack, s))
+    scored.sort(reverse=True)
+    stages = [s for _, s in scored]
+    if not stages:
+        # nothing hides its round trip: still offer the longest-waiting ones for tight caps
+        stages = sorted(range(problem.num_stages - 1), key=lambda s: -estimated_wait(problem, s))
+        stages = [s for s in stages if problem.max_offload(s) > 0]
+    out = []
+    for size in (max(1, len(stages) // 2), len(stages)):
+        chosen = frozenset(stages[:size])
+        if chosen and chosen not in out:
+            out.append(chosen)
+    return out
+
+
+def _fits(problem: Problem, peaks: list[float]) -> bool:
+    return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, problem.capacity))
+
+
+def _attempt(problem: Problem, policy: ListPolicy):
+    """(makespan, offloaded, orders, amounts, ops, peaks) or None when the scheduler gets stuck."""
+    try:
+        orders, amounts = list_orders(problem, policy)
+    except DeadlockError:
+        return None
+    ops = simulate(problem, orders, amounts)
+    makespan = max(op.end for op in ops)
+    return makespan, sum(amounts.values()), orders, amounts, ops, peak_memory(problem, ops)
+
+
+def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
+    started = time.perf_counter()
+    if not options.ignore_capacity:
+        require_feasible_capacity(problem)
+    caps = tuple(None if options.ignore_capacity else c for c in problem.capacity)
+    bounded = any(c is not None for c in caps)
+    policies = [ListPolicy(limit=caps)]
+    if bounded:
+        policies += [ListPolicy(limit=caps, offload=stages) for stages in offload_candidates(problem)]
+    best = None
+    overshoot = None  # the smallest excess seen: (excess, device, peak, cap)
+    for policy in policies:
+        result = _attempt(problem, policy)
+        if result is not None and bounded and not _fits(problem, result[5]):
+            worst = max((p - c, d, p, c) for d, (p, c) in enumerate(zip(result[5], caps)) if c is not None)
+            overshoot = worst if overshoot is None else min(overshoot, worst)
+        if result is None or (bounded and not _fits(problem, result[5])):
+            continue
+        if best is None or result[:2] < best[0][:2]:
+            best = (result, policy)
+    if best is None and bounded:
+        best = _tighten(problem, policies, caps)
+    if best is None:
+        where = ""
+        if overshoot is not None:
+            _, d, peak, cap = overshoot
+            where = f": device {d} reaches {peak:g}, capacity is {cap:g}"
+        raise InfeasibleError(f"greedy could not keep within the memory capacity{where} (an offload cannot finish "
+                              "before the next forward of its device starts); try a larger capacity or a faster link")
+    (makespan, offloaded, orders, amounts, ops, peaks), policy = best
+    params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
+    return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
+
+
+def _tighten(problem: Problem, policies: list[ListPolicy], caps):
+    """Retry each policy with limits lowered by what the simulation overshot, a few rounds."""
+    for policy in policies:
+        limit = list(caps)
+        for _ in range(6):
+            result = _attempt(problem, ListPolicy(limit=tuple(limit), offload=policy.offload))
+            if result is None:
+                break
+            peaks = result[5]
+            if _fits(problem, peaks):
+                return result, policy
+            for d, (p, c) in enumerate(zip(peaks, caps)):
+                if c is not None and p > c:
+                    limit[d] = limit[d] - (p - c)
+    return None
