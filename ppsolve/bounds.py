@@ -70,6 +70,8 @@ def device_bound(problem: Problem, device: int) -> float:
     chain below it still have to run.
     """
     stages = problem.stages_of_device[device]
+    if not stages:
+        return 0.0
     heads, tails = _forward_heads(problem), _backward_tails(problem)
     head = min(heads[s] for s in stages)
     m = problem.microbatches

@@ -1,0 +1,79 @@
+"""Small builders shared by the tests: problem dicts and simple valid orders."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem, problem_from_dict
+from ppsolve.schedule import Schedule, make_schedule
+from ppsolve.simulator import simulate
+
+
+def problem_dict(**overrides: Any) -> dict:
+    """A valid 2-device problem dict; ``overrides`` replace top-level fields, ``time_x``/``memory_x`` nested ones."""
+    data: dict[str, Any] = {
+        "format": "ppsolve/problem@1", "devices": 2, "microbatches": 3,
+        "time": {"forward": 1, "backward_input": 1, "backward_weight": 1},
+        "memory": {"activation": 1},
+    }
+    for key, value in overrides.items():
+        if key.startswith("time_"):
+            data["time"][key[5:]] = value
+        elif key.startswith("memory_"):
+            data["memory"][key[7:]] = value
+        else:
+            data[key] = value
+    return copy.deepcopy(data)
+
+
+def make_problem(**overrides: Any) -> Problem:
+    return problem_from_dict(problem_dict(**overrides))
+
+
+def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
+    """Microbatches one after another: F through all stages, then B (and W) back.
+
+    Valid for any placement and backward mode; with ``offload`` every (stage, microbatch)
+    is offloaded after its F and reloaded before its B.
+    """
+    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
+    S = problem.num_stages
+    for j in range(problem.microbatches):
+        for s in range(S):
+            dev = problem.placement[s]
+            orders[dev].append(Op(OpKind.F, s, j))
+            if offload:
+                orders[dev].append(Op(OpKind.OFFLOAD, s, j))
+        for s in reversed(range(S)):
+            dev = problem.placement[s]
+            if offload:
+                orders[dev].append(Op(OpKind.RELOAD, s, j))
+            orders[dev].append(Op(OpKind.B, s, j))
+            if problem.split_backward:
+                orders[dev].append(Op(OpKind.W, s, j))
+    return orders
+
+
+def one_f_one_b_orders(problem: Problem) -> list[list[Op]]:
+    """1F1B on a linear placement (W right after its B when split)."""
+    d, m = problem.devices, problem.microbatches
+    orders = []
+    for k in range(d):
+        warm = min(d - k - 1, m)
+        order = [Op(OpKind.F, k, j) for j in range(warm)]
+        f = warm
+        for b in range(m):
+            if f < m:
+                order.append(Op(OpKind.F, k, f))
+                f += 1
+            order.append(Op(OpKind.B, k, b))
+            if problem.split_backward:
+                order.append(Op(OpKind.W, k, b))
+        orders.append(order)
+    return orders
+
+
+def schedule_from_orders(problem: Problem, orders, name: str = "test", amounts=None) -> Schedule:
+    return make_schedule(problem, simulate(problem, orders, amounts), name)

@@ -1,0 +1,44 @@
+"""Lower bounds: known figures and the least feasible capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsolve.bounds import critical_path, makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.errors import InfeasibleError
+from tests.helpers import make_problem
+
+
+def test_device_load_bound_uniform():
+    # d = 4, m = 8, F = B = W = 10: the last device starts at 3F = 30 and has 8 * 30 of work.
+    p = make_problem(devices=4, microbatches=8, time_forward=10, time_backward_input=10, time_backward_weight=10)
+    bound = makespan_lower_bound(p)
+    assert bound.value == 270 and bound.binding == "load of device 3"
+
+
+def test_critical_path_with_latency():
+    # F chain 3 x 2 + 2 latencies, B chain 3 x 3 + 2 latencies, then W of stage 0 (1).
+    p = make_problem(devices=3, microbatches=1, time_forward=2, time_backward_input=3, time_p2p=1.5)
+    assert critical_path(p) == 6 + 3 + 9 + 3 + 1
+
+
+def test_fused_bound_counts_the_backward_tail():
+    # Fused: device 0 starts at 0, works m*(F+B+W) = 2*3 and its last op is B(0,1): no tail.
+    # Device 1 starts at 1, works 6, and after its last B (B(1,1)) B(0,1) (2 units) must still run.
+    p = make_problem(devices=2, microbatches=2, backward="fused")
+    assert makespan_lower_bound(p).device_bounds == (6, 1 + 6 + 2)
+
+
+def test_min_capacity_vshape_and_offload():
+    p = make_problem(devices=2, chunks=2, placement="vshape", memory_activation=[1, 2, 3, 4],
+                     offload={"fraction": [0.5, 1, 1, 1], "bandwidth": {"d2h": 1, "h2d": 1}})
+    # Device 0 holds stages 0 and 3: 1 + 4; with offload 0.5 of stage 0 can be on host first.
+    assert min_capacity(p, offload=False) == [5, 5]
+    assert min_capacity(p, offload=True) == [4.5, 3]
+
+
+def test_infeasible_capacity_names_the_least_that_works():
+    p = make_problem(devices=2, chunks=2, placement="vshape", memory_capacity=[4, 10])
+    with pytest.raises(InfeasibleError, match=r"device 0 needs at least 2 \(one microbatch on stages 0, 3\)"):
+        require_feasible_capacity(make_problem(devices=2, chunks=2, placement="vshape", memory_capacity=[1, 10]))
+    require_feasible_capacity(p)

@@ -1,0 +1,69 @@
+"""The simulator times plans as SPEC's runtime does and detects deadlocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsolve.errors import DeadlockError, InputError
+from ppsolve.ops import B, F, OFFLOAD, RELOAD, W
+from ppsolve.simulator import retime, simulate
+from tests.helpers import make_problem, one_f_one_b_orders
+
+
+def test_one_f_one_b_uniform_fused_makespan():
+    # 1F1B, fused backward (B = 2 units), d = 4, m = 8: (m + d - 1) * (F + B) = 11 * 3.
+    problem = make_problem(devices=4, microbatches=8, backward="fused")
+    ops = simulate(problem, one_f_one_b_orders(problem))
+    assert max(o.end for o in ops) == 33
+
+
+def test_p2p_latency_delays_only_cross_device_edges():
+    problem = make_problem(devices=2, chunks=2, placement="vshape", microbatches=1, time_p2p=5)
+    orders = [[F(0, 0), F(3, 0), B(3, 0), W(3, 0), B(0, 0), W(0, 0)], [F(1, 0), F(2, 0), B(2, 0), B(1, 0),
+                                                                         W(2, 0), W(1, 0)]]
+    ops = {o.op: o for o in simulate(problem, orders)}
+    assert ops[F(1, 0)].start == 1 + 5          # cross-device
+    assert ops[F(2, 0)].start == ops[F(1, 0)].end  # same device: no latency
+    assert ops[F(3, 0)].start == ops[F(2, 0)].end + 5
+    assert ops[B(3, 0)].start == ops[F(3, 0)].end  # the loss turns around on device 0
+
+
+def test_deadlock_is_reported():
+    problem = make_problem(devices=2, microbatches=1)
+    orders = [[F(0, 0), B(0, 0), W(0, 0)], [B(1, 0), F(1, 0), W(1, 0)]]
+    with pytest.raises(DeadlockError, match="device 1 waits at B\\(1,0\\)"):
+        simulate(problem, orders)
+
+
+def test_incomplete_or_misplaced_plans_are_refused():
+    problem = make_problem(devices=2, microbatches=1)
+    with pytest.raises(InputError, match="missing"):
+        simulate(problem, [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0), W(1, 0)]])
+    with pytest.raises(InputError, match="belongs to device 1"):
+        simulate(problem, [[F(0, 0), B(0, 0), W(0, 0), F(1, 0)], [B(1, 0), W(1, 0)]])
+
+
+def test_shared_link_is_served_first_come_first_served():
+    # Two devices on one link; both offload right after their first F.
+    problem = make_problem(devices=2, microbatches=1,
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1]]})
+    orders = [[F(0, 0), OFFLOAD(0, 0), RELOAD(0, 0), B(0, 0), W(0, 0)],
+              [F(1, 0), OFFLOAD(1, 0), RELOAD(1, 0), B(1, 0), W(1, 0)]]
+    ops = {o.op: o for o in simulate(problem, orders)}
+    assert (ops[OFFLOAD(0, 0)].start, ops[OFFLOAD(0, 0)].end) == (1, 3)
+    assert ops[OFFLOAD(1, 0)].start == 3  # ready at 2, waits for the shared d2h lane
+    assert sorted(retime(problem, list(ops.values()))) == sorted(ops.values())
+
+
+def test_transfer_waits_out_the_compute_op_it_would_start_inside():
+    # Device 0's offload must wait for the link until 3, while F(0,1) runs [1,2] and F(0,2) [2,3]...
+    problem = make_problem(devices=1, microbatches=3, backward="fused",
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.4, "h2d": 1}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), RELOAD(0, 1), B(0, 1),
+               RELOAD(0, 0), B(0, 0)]]
+    ops = simulate(problem, orders)
+    by = {o.op: o for o in ops}
+    # OFFLOAD(0,1) is ready at 2 but the lane is busy until 3.5, inside B(0,2) [3,5]: it starts at 5.
+    assert by[OFFLOAD(0, 0)].end == 3.5
+    assert by[OFFLOAD(0, 1)].start == 5
+    assert sorted(retime(problem, ops)) == sorted(ops)
