@@ -15,7 +15,7 @@ from ppsolve.bounds import makespan_lower_bound
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.methods import RunOptions
-from ppsolve.ops import Op
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
@@ -65,7 +65,8 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
     """
     if ops is None:
         ops = simulate(problem, orders, amounts)
-    peaks = peak_memory(problem, ops)
+    bounded = any(cap is not None for cap in problem.capacity)
+    peaks = peak_memory(problem, ops) if bounded else []
     over = [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
             if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
     extra = {}
@@ -93,8 +94,8 @@ def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in order:
         out.append(op)
-        if op.kind.value == "B":
-            out.append(Op(op.kind.__class__.W, op.stage, op.microbatch))
+        if op.kind is OpKind.B:
+            out.append(Op(OpKind.W, op.stage, op.microbatch))
     return out
 
 

@@ -61,6 +61,7 @@ def gis_group(problem: Problem, half: bool) -> int:
 def add_offload(problem: Problem, orders: list[list[Op]], stages: set[int]) -> tuple[list[list[Op]], dict]:
     """Insert OFFLOAD right after each chosen F and RELOAD as late as its B allows."""
     amounts: dict[tuple[int, int], float] = {}
+    durations = {kind: [problem.duration(kind, s) for s in range(problem.num_stages)] for kind in problem.kinds}
     out = []
     for order in orders:
         compute = list(order)
@@ -68,7 +69,7 @@ def add_offload(problem: Problem, orders: list[list[Op]], stages: set[int]) -> t
         # cumulative compute time before each position
         before = [0.0]
         for op in compute:
-            before.append(before[-1] + problem.duration(op.kind, op.stage))
+            before.append(before[-1] + durations[op.kind][op.stage])
         after_f: dict[int, Op] = {}
         before_op: dict[int, list[Op]] = {}
         for op in compute:
