@@ -125,3 +125,18 @@ def test_requirements_text_names_what_refusals_say():
     assert "offload" in get_method("po-f").why_not(make_problem(4, 4, "interleaved"))
     assert "vshape" in get_method("zb-v").why_not(make_problem(4, 4, "interleaved"))
     assert Requirement().why_not(problem) is None
+
+
+def test_best_baseline_is_the_fastest_that_fits():
+    from ppsolve.baselines.portfolio import best_baseline
+
+    problem = make_problem(4, 8, "linear", "split", "uneven", capacity=[4.0] * 4)
+    best = best_baseline(problem)
+    assert best is not None and check(best).ok
+    for method in all_methods("baseline"):
+        if method.why_not(problem) is None:
+            try:
+                other = method.run(problem)
+            except InfeasibleError:
+                continue
+            assert best.makespan <= other.makespan

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.errors import InfeasibleError
@@ -73,7 +73,7 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
     if over:
         if not options.ignore_capacity:
             d, need, cap = max(over, key=lambda o: o[1] - o[2])
-            raise InfeasibleError(f"{name} needs {need:.1f} on device {d}, capacity is {cap:.1f} "
+            raise InfeasibleError(f"{name} needs {memory_text(need)} on device {d}, capacity is {memory_text(cap)} "
                                   "(--ignore-capacity builds it anyway)")
         extra["capacity_broken"] = True
         extra["capacity_broken_on"] = [d for d, _, _ in over]
@@ -82,9 +82,9 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                          seconds=time.perf_counter() - started, **extra)
 
 
-def per_microbatch_activation(problem: Problem, device: int) -> float:
-    """Memory one microbatch leaves on ``device`` when all its stages there hold it."""
-    return sum(problem.activation[s] for s in problem.stages_of_device[device])
+def memory_text(x: float) -> str:
+    """A memory figure with one decimal ("14.0"), or every digit it needs ("3.25")."""
+    return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"
 
 
 def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
@@ -98,5 +98,3 @@ def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
             out.append(Op(OpKind.W, op.stage, op.microbatch))
     return out
 
-
-Builder = Callable[[Problem, RunOptions], Schedule]

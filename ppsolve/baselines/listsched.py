@@ -46,15 +46,15 @@ class ListPolicy:
     (one per stage activation) in unit mode, else in the problem's memory unit.
     ``offload``: stages whose activations move to host (real mode only), the
     amount being ``offload_share`` of the most allowed.
-    ``w_defer[d]``: how many W device d may keep waiting before a W goes ahead
-    of the forwards (None: W only fills idle time).
+    ``forward_first``: a held microbatch's next forward goes before a ready B
+    (rule 2 before rule 1), which pushes microbatches deeper into the pipeline.
     """
 
     limit: tuple[float | None, ...]
     unit: bool = False
     offload: frozenset[int] = field(default_factory=frozenset)
     offload_share: float = 1.0
-    w_defer: tuple[int, ...] | None = None
+    forward_first: bool = False
 
 
 def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float]]:
@@ -116,7 +116,7 @@ class _ListScheduler:
         dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
         need = self.need
         limit, amount, split = self.limit, self.amount, self.split
-        w_defer = self.policy.w_defer
+        forward_first = self.policy.forward_first
         orders: list[list[Op]] = [[] for _ in range(D)]
         rb = [[] for _ in range(D)]   # ready B: (j, -s)
         rfc = [[] for _ in range(D)]  # ready continuation F: (j, s)
@@ -185,12 +185,9 @@ class _ListScheduler:
                 push(start, _XREADY, _REL, s, j)
 
         def dispatch(d, t):
-            if rb[d]:
+            if rb[d] and not (forward_first and rfc[d]):
                 j, ns = heapq.heappop(rb[d])
                 s, kind = -ns, _B
-            elif w_defer is not None and len(rw[d]) > w_defer[d]:
-                s, j = rw[d].popleft()
-                kind = _W
             elif rfc[d]:
                 j, s = heapq.heappop(rfc[d])
                 kind = _F
