@@ -8,7 +8,7 @@ all read one list.
 from __future__ import annotations
 
 from ppsolve.baselines import greedy, interleaved, offload, onef1b, vshape, zero_bubble
-from ppsolve.baselines.common import Requirement
+from ppsolve.baselines.common import Requirement, without_gc
 from ppsolve.methods import Method, register
 
 _ANY = Requirement()
@@ -18,7 +18,7 @@ def _method(name: str, build, requirement: Requirement, description: str, why_no
             requirements: str | None = None) -> Method:
     return register(Method(name=name, family="baseline", description=description,
                            requirements=requirements or requirement.text(),
-                           why_not=why_not or requirement.why_not, build=build))
+                           why_not=why_not or requirement.why_not, build=without_gc(build)))
 
 
 _method("gpipe", onef1b.build_gpipe, onef1b.LINEAR,
@@ -49,4 +49,4 @@ _method("po-h", offload.build_po_h, offload.INTERLEAVED_SPLIT_OFFLOAD,
 _method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
         "PipeOffload full: GIS, every chunk offloaded to host (but the last stage)")
 _method("greedy", greedy.build_greedy, _ANY,
-        "list scheduler within the memory cap, offloading long waits; any placement (warm start, fallback)")
+        "list scheduler within the memory cap, offloading long waits (solver warm start, fallback)")

@@ -2,13 +2,15 @@
 
 It is the solver's warm start and the fallback when no published schedule
 applies. It runs the list scheduler (:mod:`ppsolve.baselines.listsched`) on the
-real costs with each device's capacity as its limit, and when the problem has
+real costs with each device's capacity as its limit (on small problems with
+several chunks per device also with forwards ahead of backwards), and when the problem has
 an offload link it also tries offloading the activations that wait longest
 (estimated from the critical path between a stage's F and its B, and kept only
 where that wait hides the round trip over the link). Every candidate is timed
 by the simulator; the fastest one within the caps wins. If none fits (a
 simulated offload finishing later than the scheduler assumed), it retries with
-tighter limits, down to one microbatch in flight.
+each device's limit lowered by what the simulation overshot, for a few rounds,
+and then refuses with the device and figures that did not fit.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ppsolve.schedule import Schedule
 from ppsolve.simulator import simulate
 
 _TOL = 1e-9
+# below this many compute ops, also try the forward-first variant (it costs one more simulation)
+SMALL = 20000
 
 
 def estimated_wait(problem: Problem, stage: int) -> float:
@@ -88,6 +92,8 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     caps = tuple(None if options.ignore_capacity else c for c in problem.capacity)
     bounded = any(c is not None for c in caps)
     policies = [ListPolicy(limit=caps)]
+    if problem.chunks > 1 and len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL:
+        policies.append(ListPolicy(limit=caps, forward_first=True))
     if bounded:
         policies += [ListPolicy(limit=caps, offload=stages) for stages in offload_candidates(problem)]
     best = None
@@ -112,6 +118,8 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
                               "before the next forward of its device starts); try a larger capacity or a faster link")
     (makespan, offloaded, orders, amounts, ops, peaks), policy = best
     params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
+    if policy.forward_first:
+        params["forward_first"] = True
     return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
 
 

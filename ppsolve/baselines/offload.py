@@ -62,25 +62,28 @@ def add_offload(problem: Problem, orders: list[list[Op]], stages: set[int]) -> t
     """Insert OFFLOAD right after each chosen F and RELOAD as late as its B allows."""
     amounts: dict[tuple[int, int], float] = {}
     durations = {kind: [problem.duration(kind, s) for s in range(problem.num_stages)] for kind in problem.kinds}
+    _F, _B = OpKind.F, OpKind.B
     out = []
     for order in orders:
         compute = list(order)
-        position = {op: k for k, op in enumerate(compute)}
+        b_position = {(s, j): k for k, (kind, s, j) in enumerate(compute) if kind is _B}
         # cumulative compute time before each position
         before = [0.0]
-        for op in compute:
-            before.append(before[-1] + durations[op.kind][op.stage])
+        total = 0.0
+        for kind, s, _ in compute:
+            total += durations[kind][s]
+            before.append(total)
         after_f: dict[int, Op] = {}
         before_op: dict[int, list[Op]] = {}
-        for op in compute:
-            if op.kind is not OpKind.F or op.stage not in stages:
+        for k_f, (kind, s, j) in enumerate(compute):
+            if kind is not _F or s not in stages:
                 continue
-            amount = problem.max_offload(op.stage)
+            amount = problem.max_offload(s)
             if amount <= 0:
                 continue
-            k_f, k_b = position[op], position[B(op.stage, op.microbatch)]
-            down = problem.duration(OpKind.OFFLOAD, op.stage, amount)
-            up = problem.duration(OpKind.RELOAD, op.stage, amount)
+            k_b = b_position[(s, j)]
+            down = problem.duration(OpKind.OFFLOAD, s, amount)
+            up = problem.duration(OpKind.RELOAD, s, amount)
             # compute between F's end and B's start must hide both transfers
             if before[k_b] - before[k_f + 1] < down + up:
                 continue
@@ -90,12 +93,13 @@ def add_offload(problem: Problem, orders: list[list[Op]], stages: set[int]) -> t
                 k -= 1
             if before[k_b] - before[k] < up or before[k] - before[k_f + 1] < down:
                 continue
-            amounts[(op.stage, op.microbatch)] = amount
-            after_f[k_f] = Op(OpKind.OFFLOAD, op.stage, op.microbatch)
-            before_op.setdefault(k, []).append(Op(OpKind.RELOAD, op.stage, op.microbatch))
+            amounts[(s, j)] = amount
+            after_f[k_f] = Op(OpKind.OFFLOAD, s, j)
+            before_op.setdefault(k, []).append(Op(OpKind.RELOAD, s, j))
         actions: list[Op] = []
         for k, op in enumerate(compute):
-            actions += before_op.get(k, [])
+            if k in before_op:
+                actions += before_op[k]
             actions.append(op)
             if k in after_f:
                 actions.append(after_f[k])
