@@ -140,3 +140,18 @@ def test_best_baseline_is_the_fastest_that_fits():
             except InfeasibleError:
                 continue
             assert best.makespan <= other.makespan
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_outputs_retime_to_themselves(name):
+    """A runtime following SPEC.md's rules reproduces every op's start and end exactly."""
+    from ppsolve.simulator import retime
+
+    placement = home_placement(name)
+    link = {"bandwidth": {"d2h": 1.5, "h2d": 1.0}, "links": [[0, 1]], "duplex": False}
+    for d, m in ((3, 7), (4, 9)):
+        problem = make_problem(d, m, placement, "split", "uneven", offload=link)
+        if get_method(name).why_not(problem) is not None:
+            continue
+        schedule = get_method(name).run(problem)
+        assert sorted(retime(problem, schedule.ops)) == sorted(schedule.ops)
