@@ -19,7 +19,7 @@ import time
 
 from ppsolve.baselines.common import finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.bounds import require_feasible_capacity
+from ppsolve.bounds import min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.methods import RunOptions
@@ -70,8 +70,8 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
     return out
 
 
-def _fits(problem: Problem, peaks: list[float]) -> bool:
-    return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, problem.capacity))
+def _fits(caps, peaks: list[float]) -> bool:
+    return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, caps))
 
 
 def _attempt(problem: Problem, policy: ListPolicy):
@@ -86,10 +86,26 @@ def _attempt(problem: Problem, policy: ListPolicy):
 
 
 def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
+    """Within the caps; with ``ignore_capacity`` and caps no schedule can keep, within the least that works."""
     started = time.perf_counter()
-    if not options.ignore_capacity:
+    try:
         require_feasible_capacity(problem)
-    caps = tuple(None if options.ignore_capacity else c for c in problem.capacity)
+        (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, problem.capacity)
+    except InfeasibleError:
+        if not options.ignore_capacity:
+            raise
+        least = min_capacity(problem)
+        caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
+        (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
+    params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
+    if policy.forward_first:
+        params["forward_first"] = True
+    return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
+
+
+def _search(problem: Problem, caps):
+    """The fastest candidate within ``caps``: ((makespan, offloaded, orders, amounts, ops, peaks), policy)."""
+    caps = tuple(caps)
     bounded = any(c is not None for c in caps)
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL:
@@ -100,10 +116,10 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     overshoot = None  # the smallest excess seen: (excess, device, peak, cap)
     for policy in policies:
         result = _attempt(problem, policy)
-        if result is not None and bounded and not _fits(problem, result[5]):
+        if result is not None and bounded and not _fits(caps, result[5]):
             worst = max((p - c, d, p, c) for d, (p, c) in enumerate(zip(result[5], caps)) if c is not None)
             overshoot = worst if overshoot is None else min(overshoot, worst)
-        if result is None or (bounded and not _fits(problem, result[5])):
+        if result is None or (bounded and not _fits(caps, result[5])):
             continue
         if best is None or result[:2] < best[0][:2]:
             best = (result, policy)
@@ -116,11 +132,7 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
             where = f": device {d} reaches {peak:g}, capacity is {cap:g}"
         raise InfeasibleError(f"greedy could not keep within the memory capacity{where} (an offload cannot finish "
                               "before the next forward of its device starts); try a larger capacity or a faster link")
-    (makespan, offloaded, orders, amounts, ops, peaks), policy = best
-    params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
-    if policy.forward_first:
-        params["forward_first"] = True
-    return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
+    return best
 
 
 def _tighten(problem: Problem, policies: list[ListPolicy], caps):
@@ -132,7 +144,7 @@ def _tighten(problem: Problem, policies: list[ListPolicy], caps):
             if result is None:
                 break
             peaks = result[5]
-            if _fits(problem, peaks):
+            if _fits(caps, peaks):
                 return result, policy
             for d, (p, c) in enumerate(zip(peaks, caps)):
                 if c is not None and p > c:
