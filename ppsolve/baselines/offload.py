@@ -2,9 +2,9 @@
 
 GIS is interleaved 1F1B with split backward and a shorter warm-up: device i
 runs ``(v - 1) g + (d - 1 - i)`` forwards before its first backward, g being the
-microbatch group size (d for GIS; ceil(d / 2) for GIS-H, which halves the
-chunk term of the warm-up and so the activations in flight). W runs right
-after its B.
+size of the first microbatch group (groups of d for GIS; of ceil(d / 2) for
+GIS-H, which halves the chunk term of the warm-up and so the activations in
+flight; a remainder joins the first group). W runs right after its B.
 
 PO-H and PO-F put PipeOffload's offload on top of GIS-H and GIS: PO-H moves the
 activations of the first half of each device's chunks (the longest-lived), PO-F
@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 
 from ppsolve.baselines.common import Requirement, finish, with_w_after_b
-from ppsolve.baselines.interleaved import chunk_sequence
+from ppsolve.baselines.interleaved import group_sizes, interleaved_orders
 from ppsolve.methods import RunOptions
-from ppsolve.ops import B, F, Op, OpKind
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
@@ -32,25 +32,10 @@ INTERLEAVED_SPLIT_OFFLOAD = Requirement(placements=("interleaved", "linear"), ba
 
 def gis_orders(problem: Problem, group: int) -> list[list[Op]]:
     """Grouped interleaved orders with microbatch groups of ``group`` and the short warm-up."""
-    d, m, v = problem.devices, problem.microbatches, problem.chunks
-    forwards = _grouped(m, group, v, reverse=False)
-    backwards = _grouped(m, group, v, reverse=True)
-    total = m * v
-    orders = []
-    for i in range(d):
-        warm = min((v - 1) * min(group, m) + (d - 1 - i), total)
-        order: list[Op] = [F(c * d + i, j) for c, j in forwards[:warm]]
-        for k in range(total - warm):
-            c, j = forwards[warm + k]
-            cb, jb = backwards[k]
-            order += [F(c * d + i, j), B(cb * d + i, jb)]
-        order += [B(c * d + i, j) for c, j in backwards[total - warm:]]
-        orders.append(with_w_after_b(problem, order))
-    return orders
-
-
-def _grouped(m: int, group: int, v: int, reverse: bool) -> list[tuple[int, int]]:
-    return chunk_sequence(m, group, v, reverse)
+    d, v = problem.devices, problem.chunks
+    first = group_sizes(problem.microbatches, group)[0]
+    orders = interleaved_orders(problem, lambda i: (v - 1) * first + (d - 1 - i), group)
+    return [with_w_after_b(problem, order) for order in orders]
 
 
 def gis_group(problem: Problem, half: bool) -> int:
