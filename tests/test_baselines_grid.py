@@ -166,3 +166,12 @@ def test_greedy_ignore_capacity_uses_the_least_memory_that_works():
     schedule = get_method("greedy").run(problem, RunOptions(ignore_capacity=True))
     assert schedule.method.extra["capacity_broken"]
     assert all(p <= c + 1e-9 for p, c in zip(schedule.peak_memory, least))
+
+
+@pytest.mark.parametrize("placement,chunks", [("interleaved", 3), ("interleaved", 4), ("vshape", 4)])
+def test_more_chunks_per_device(placement, chunks):
+    for name in METHODS:
+        for d, m in ((2, 3), (3, 7), (4, 2)):
+            for backward in ("split", "fused"):
+                problem = make_problem(d, m, placement, backward, "uneven", chunks=chunks, offload=LINK)
+                run_checked(name, problem)
