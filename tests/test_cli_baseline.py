@@ -100,3 +100,12 @@ def test_every_applicable_baseline_on_the_bundled_instances(path, tmp_path):
         assert code in (0, 3), (method.name, code)
         if code == 0:
             assert check(load_schedule(out)).ok
+
+
+def test_unwritable_output_is_one_line(tmp_path, capsys):
+    problem = write_problem(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["baseline", problem, "--method", "1f1b", "-o", str(blocker / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppsolve baseline: error: -o: cannot write") and err.count("\n") == 1

@@ -7,6 +7,7 @@ import json
 import sys
 
 from ppsolve.checker import check
+from ppsolve.errors import InputError
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.problem import load_problem
 
@@ -50,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
               f"(see ppsolve baseline --list)", file=sys.stderr)
         return 2
     schedule = method.run(problem, RunOptions(ignore_capacity=args.ignore_capacity))
-    schedule.save(args.output)
+    try:
+        schedule.save(args.output)
+    except OSError as exc:
+        raise InputError("-o", f"cannot write {args.output}: {exc.strerror or exc}") from None
     report = check(schedule)
     broken = bool(schedule.method.extra.get("capacity_broken"))
     gap = schedule.gap
