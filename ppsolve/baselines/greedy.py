@@ -6,7 +6,8 @@ real costs with each device's capacity as its limit (on small problems with
 several chunks per device also with forwards ahead of backwards), and when the problem has
 an offload link it also tries offloading the activations that wait longest
 (estimated from the critical path between a stage's F and its B, and kept only
-where that wait hides the round trip over the link). Every candidate is timed
+where that wait hides the round trip over the link). Under a cap it also tries
+lean reservations (see :class:`ListPolicy`), which let offloading pay off. Every candidate is timed
 by the simulator; the fastest one within the caps wins. If none fits (a
 simulated offload finishing later than the scheduler assumed), it retries with
 each device's limit lowered by what the simulation overshot, for a few rounds,
@@ -19,7 +20,7 @@ import time
 
 from ppsolve.baselines.common import finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.bounds import min_capacity, require_feasible_capacity
+from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.methods import RunOptions
@@ -100,6 +101,8 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
     if policy.forward_first:
         params["forward_first"] = True
+    if policy.lean:
+        params["lean"] = True
     return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
 
 
@@ -107,11 +110,20 @@ def _search(problem: Problem, caps):
     """The fastest candidate within ``caps``: ((makespan, offloaded, orders, amounts, ops, peaks), policy)."""
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
+    target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
+    small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL
     policies = [ListPolicy(limit=caps)]
-    if problem.chunks > 1 and len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL:
+    if problem.chunks > 1 and small:
         policies.append(ListPolicy(limit=caps, forward_first=True))
     if bounded:
-        policies += [ListPolicy(limit=caps, offload=stages) for stages in offload_candidates(problem)]
+        offloads = offload_candidates(problem)
+        # large problems: only the largest offload set (each candidate costs a simulation)
+        policies += [ListPolicy(limit=caps, offload=stages) for stages in (offloads if small else offloads[-1:])]
+        # lean reservations: more microbatches in flight while offloads free memory
+        lean_sets = [frozenset()] + offloads if small else offloads[-1:]
+        lean_policies = [ListPolicy(limit=caps, offload=stages, lean=True) for stages in lean_sets]
+        # the one most likely to be fastest under a cap goes second: a result at the bound ends the search
+        policies = policies[:1] + lean_policies[-1:] + policies[1:] + lean_policies[:-1]
     best = None
     overshoot = None  # the smallest excess seen: (excess, device, peak, cap)
     for policy in policies:
@@ -123,6 +135,8 @@ def _search(problem: Problem, caps):
             continue
         if best is None or result[:2] < best[0][:2]:
             best = (result, policy)
+        if best[0][0] <= target:
+            break
     if best is None and bounded:
         best = _tighten(problem, policies, caps)
     if best is None:

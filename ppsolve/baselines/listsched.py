@@ -48,6 +48,10 @@ class ListPolicy:
     amount being ``offload_share`` of the most allowed.
     ``forward_first``: a held microbatch's next forward goes before a ready B
     (rule 2 before rule 1), which pushes microbatches deeper into the pipeline.
+    ``lean``: reserve room for one later forward instead of all the held
+    microbatches' later forwards, which then wait for memory; more microbatches
+    fit in flight (offloads free memory while they wait), but the scheduler may
+    get stuck, so callers keep the safe policy as a fallback.
     """
 
     limit: tuple[float | None, ...]
@@ -55,6 +59,7 @@ class ListPolicy:
     offload: frozenset[int] = field(default_factory=frozenset)
     offload_share: float = 1.0
     forward_first: bool = False
+    lean: bool = False
 
 
 def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float]]:
@@ -116,7 +121,8 @@ class _ListScheduler:
         dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
         need = self.need
         limit, amount, split = self.limit, self.amount, self.split
-        forward_first = self.policy.forward_first
+        forward_first, lean = self.policy.forward_first, self.policy.lean
+        lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) for st in p.stages_of_device]
         orders: list[list[Op]] = [[] for _ in range(D)]
         rb = [[] for _ in range(D)]   # ready B: (j, -s)
         rfc = [[] for _ in range(D)]  # ready continuation F: (j, s)
@@ -185,15 +191,17 @@ class _ListScheduler:
                 push(start, _XREADY, _REL, s, j)
 
         def dispatch(d, t):
-            if rb[d] and not (forward_first and rfc[d]):
+            cont = rfc[d] and (not lean or limit[d] is None
+                               or level[d] + unusable[d] + act[rfc[d][0][1]] <= limit[d] + _EPS)
+            if rb[d] and not (forward_first and cont):
                 j, ns = heapq.heappop(rb[d])
                 s, kind = -ns, _B
-            elif rfc[d]:
+            elif cont:
                 j, s = heapq.heappop(rfc[d])
                 kind = _F
                 committed[d] -= act[s]
                 level[d] += act[s]
-            elif rfa[d] and (limit[d] is None or level[d] + committed[d] + need[d]
+            elif rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
                              + unusable[d] + (reserve[d] if on_host[d] else 0.0) <= limit[d] + _EPS):
                 j, s = heapq.heappop(rfa[d])
                 kind = _F
