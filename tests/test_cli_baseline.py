@@ -9,7 +9,7 @@ import pytest
 
 from ppsolve.checker import check
 from ppsolve.cli import main
-from ppsolve.methods import all_methods, get_method
+from ppsolve.methods import all_methods
 from ppsolve.problem import load_problem
 from ppsolve.schedule import load_schedule
 from tests.helpers import problem_dict

@@ -11,7 +11,8 @@ ops, the most urgent one:
    chain of activations on this device fits under the device's limit together
    with everything held and reserved; this reservation keeps every admitted
    microbatch able to finish, so the scheduler cannot deadlock once a limit
-   holds one microbatch;
+   holds one microbatch (a ``lean`` policy relaxes this and may get stuck:
+   :class:`DeadlockError`, and the caller falls back);
 4. a W, filling time that would otherwise be idle (and freeing what B kept).
 
 In ``unit`` mode it times every F, B, W as 1 (fused B as 2), p2p as 0 and
