@@ -175,3 +175,13 @@ def test_more_chunks_per_device(placement, chunks):
             for backward in ("split", "fused"):
                 problem = make_problem(d, m, placement, backward, "uneven", chunks=chunks, offload=LINK)
                 run_checked(name, problem)
+
+
+def test_greedy_offload_beats_no_offload_under_a_tight_cap():
+    """Eight devices, a cap of two microbatches: offloading lets more microbatches fly."""
+    link = {"bandwidth": {"d2h": 4.0, "h2d": 4.0}}
+    without = get_method("greedy").run(make_problem(8, 32, "vshape", capacity=4.0))
+    with_link = get_method("greedy").run(make_problem(8, 32, "vshape", capacity=4.0, offload=link))
+    assert check(with_link).ok and with_link.offloaded > 0
+    assert max(with_link.peak_memory) <= 4.0
+    assert with_link.makespan < 0.8 * without.makespan
