@@ -20,6 +20,10 @@ COMMANDS = [
     "check",
     "bound",
     "schema",
+    "plot",
+    "export",
+    "bench",
+    "frontier",
 ]
 
 
