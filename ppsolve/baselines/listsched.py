@@ -203,7 +203,7 @@ class _ListScheduler:
                 committed[d] -= act[s]
                 level[d] += act[s]
             elif rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
-                             + unusable[d] + (reserve[d] if on_host[d] else 0.0) <= limit[d] + _EPS):
+                             + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0) <= limit[d] + _EPS):
                 j, s = heapq.heappop(rfa[d])
                 kind = _F
                 level[d] += act[s]
