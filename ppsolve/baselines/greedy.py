@@ -76,14 +76,18 @@ def _fits(caps, peaks: list[float]) -> bool:
 
 
 def _attempt(problem: Problem, policy: ListPolicy):
-    """(makespan, offloaded, orders, amounts, ops, peaks) or None when the scheduler gets stuck."""
+    """(makespan, offloaded, orders, amounts, ops, peaks) or None when the scheduler gets stuck.
+
+    Peaks are computed only under a cap (an empty list otherwise).
+    """
     try:
         orders, amounts = list_orders(problem, policy)
     except DeadlockError:
         return None
     ops = simulate(problem, orders, amounts)
     makespan = max(op.end for op in ops)
-    return makespan, sum(amounts.values()), orders, amounts, ops, peak_memory(problem, ops)
+    bounded = any(c is not None for c in policy.limit)
+    return makespan, sum(amounts.values()), orders, amounts, ops, peak_memory(problem, ops) if bounded else []
 
 
 def build_greedy(problem: Problem, options: RunOptions) -> Schedule:

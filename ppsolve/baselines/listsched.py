@@ -123,6 +123,7 @@ class _ListScheduler:
         need = self.need
         limit, amount, split = self.limit, self.amount, self.split
         forward_first, lean = self.policy.forward_first, self.policy.lean
+        new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
         lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) for st in p.stages_of_device]
         orders: list[list[Op]] = [[] for _ in range(D)]
         rb = [[] for _ in range(D)]   # ready B: (j, -s)
@@ -213,7 +214,7 @@ class _ListScheduler:
                 kind = _W
             else:
                 return
-            orders[d].append(Op(kind, s, j))
+            orders[d].append(new_op(Op, (kind, s, j)))
             end = t + dur[kind][s]
             run_start[d], busy[d], idle[d] = t, end, False
             push(end, _DONE, kind, s, j)
