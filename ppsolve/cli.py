@@ -16,6 +16,7 @@ from ppsolve import __version__
 from ppsolve.errors import PpsolveError
 
 COMMANDS = [
+    "baseline",
     "check",
     "bound",
     "schema",
