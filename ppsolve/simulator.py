@@ -76,6 +76,7 @@ class _Engine:
     def __init__(self, problem: Problem, orders: Orders, amounts: Amounts, where: str,
                  devices_from_ops: bool = False):
         self.problem = problem
+        self.plan_anchors = not devices_from_ops  # a plan, not a timed schedule being re-timed
         if len(orders) != problem.devices:
             raise InputError(where, f"must have one action list per device ({problem.devices}), got {len(orders)}")
         S, M = problem.num_stages, problem.microbatches
@@ -154,16 +155,25 @@ class _Engine:
         problem, slot, S, M = self.problem, self.slot, self.S, self.M
         succ, indeg, ops = self.succ, self.indeg, self.ops
         last = S - 1
+        # A compute op follows the compute op before it in its list; a transfer is issued
+        # after it too. In a plan, a transfer skips zero-duration compute ops when looking
+        # for that op: such an op starts when it ends, and the runtime, which puts a
+        # transfer before a compute op of the same start, would issue the transfer earlier.
+        duration, skip_instant = self.duration, self.plan_anchors
         i = 0
         for actions in orders:
-            prev_compute = -1
+            prev_compute = prev_anchor = -1
             for op in actions:
                 kind = op[0]
-                if prev_compute >= 0:
-                    succ[prev_compute].append((i, 0.0))
+                is_transfer = kind is _OFF or kind is _REL
+                before = prev_anchor if (is_transfer and skip_instant) else prev_compute
+                if before >= 0:
+                    succ[before].append((i, 0.0))
                     indeg[i] += 1
-                if not (kind is _OFF or kind is _REL):
+                if not is_transfer:
                     prev_compute = i
+                    if duration[i] > 0:
+                        prev_anchor = i
                 i += 1
         lat = [problem.latency(s, s + 1) for s in range(last)]
         f_base, b_base, off_base, rel_base = 0, S * M, 3 * S * M, 4 * S * M
