@@ -5,13 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from viz_helpers import ONE_F_ONE_B, SERIAL, register_for_test, tiny_problem  # noqa: E402
+from tests.viz_helpers import ONE_F_ONE_B, SERIAL, register_for_test, tiny_problem  # noqa: E402
 
 from ppsolve.bench import SKIPPED, collect_problems, markdown_table, read_csv, run_bench, select_methods
 from ppsolve.cli import main

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from executor_helpers import MODELS, add_offload, make, pipelined_orders, problem
+from tests.executor_helpers import MODELS, add_offload, make, pipelined_orders, problem
 
 from ppsolve.errors import InputError, NotApplicableError
 from ppsolve.executor.spec import load_model_spec, model_from_dict

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from executor_helpers import MODELS, add_offload, make, pipelined_orders, problem, run_schedule_and_compare  # noqa: E402
+from tests.executor_helpers import MODELS, add_offload, make, pipelined_orders, problem, run_schedule_and_compare  # noqa: E402
 
 from ppsolve.checker import check  # noqa: E402
 

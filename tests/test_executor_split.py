@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from executor_helpers import MODELS  # noqa: E402
+from tests.executor_helpers import MODELS  # noqa: E402
 
 from ppsolve.executor import models, split  # noqa: E402
 from ppsolve.executor.spec import load_model_spec  # noqa: E402

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from viz_helpers import FAKE_SOLVER, ONE_F_ONE_B, SERIAL, register_for_test, serial_schedule, tiny_problem  # noqa: E402
+from tests.viz_helpers import FAKE_SOLVER, ONE_F_ONE_B, SERIAL, register_for_test, serial_schedule, tiny_problem  # noqa: E402
 
 from ppsolve import methods as registry
 from ppsolve.bounds import min_capacity

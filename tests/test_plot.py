@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import struct
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from viz_helpers import one_f_one_b_orders, serial_schedule, tiny_problem  # noqa: E402
+from tests.viz_helpers import one_f_one_b_orders, serial_schedule, tiny_problem  # noqa: E402
 
 from ppsolve.checker import check
 from ppsolve.cli import main

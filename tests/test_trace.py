@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from viz_helpers import serial_schedule, tiny_problem  # noqa: E402
+from tests.viz_helpers import serial_schedule, tiny_problem  # noqa: E402
 
 from ppsolve.cli import main
 from ppsolve.memory import memory_curves
