@@ -12,6 +12,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
+from tests.helpers import one_f_one_b_orders
 
 
 def tiny_problem(devices: int = 2, microbatches: int = 3, capacity=None, offload: dict | None = None,
@@ -44,26 +45,6 @@ def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
             orders[problem.placement[s]].append(Op(OpKind.B, s, j))
             if problem.split_backward:
                 orders[problem.placement[s]].append(Op(OpKind.W, s, j))
-    return orders
-
-
-def one_f_one_b_orders(problem: Problem) -> list[list[Op]]:
-    """1F1B on a linear placement: warm-up forwards, then one F and one backward in turn."""
-    m, d = problem.microbatches, problem.devices
-    orders = []
-    for i in range(d):
-        warm = min(m, d - 1 - i)
-        order: list[Op] = [Op(OpKind.F, i, j) for j in range(warm)]
-        nxt_f, nxt_b = warm, 0
-        while nxt_b < m:
-            if nxt_f < m:
-                order.append(Op(OpKind.F, i, nxt_f))
-                nxt_f += 1
-            order.append(Op(OpKind.B, i, nxt_b))
-            if problem.split_backward:
-                order.append(Op(OpKind.W, i, nxt_b))
-            nxt_b += 1
-        orders.append(order)
     return orders
 
 
