@@ -82,7 +82,7 @@ def channels(schedule) -> list[tuple[int, int]]:
 class TaggedComm:
     """Tagged asynchronous messages, every receive posted up front (gloo)."""
 
-    def __init__(self, schedule, rank: int, stages, shape: tuple[int, ...], device, timeout_s: float):
+    def __init__(self, schedule, rank: int, stages, shape: tuple[int, ...], timeout_s: float):
         problem = schedule.problem
         self.num_stages, self.microbatches = problem.num_stages, problem.microbatches
         self.timeout = timedelta(seconds=timeout_s)

@@ -20,7 +20,7 @@ The small vocabulary the runtime uses:
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from statistics import median
 
 import torch
@@ -56,7 +56,7 @@ def select_device(requested: str, local_ranks: int, cuda_available: bool | None 
     return "cuda"
 
 
-def make_device(kind: str, local_rank: int = 0) -> "CpuDevice":
+def make_device(kind: str, local_rank: int = 0) -> "Device":
     return CudaDevice(local_rank) if kind == "cuda" else CpuDevice()
 
 
@@ -155,6 +155,9 @@ class CpuDevice:
         return bw, bw
 
 
+Device = CpuDevice  # the interface the executor uses; CudaDevice overrides what differs
+
+
 class CudaDevice(CpuDevice):
     """``cuda:index`` with NCCL. Compute runs on the current stream; each host lane (d2h,
     h2d) is a side stream. Host buffers are pinned. TF32 is off, so fp32 results stay
@@ -217,6 +220,7 @@ class CudaDevice(CpuDevice):
         nbytes = max(nbytes, 1 << 20)
         src = torch.ones(nbytes, dtype=torch.uint8, device=self.device)
         host = self.host_buffer(nbytes)
+        self.synchronize()  # the lanes do not wait for the compute stream that filled ``src``
         rates = []
         for name, copy in (("d2h", lambda: host.copy_(src, non_blocking=True)),
                            ("h2d", lambda: src.copy_(host, non_blocking=True))):

@@ -18,7 +18,7 @@ from statistics import median
 import torch
 
 from ppsolve.executor import models
-from ppsolve.executor.device import CpuDevice, make_device
+from ppsolve.executor.device import CpuDevice, Device, make_device
 from ppsolve.executor.spec import ModelSpec
 from ppsolve.executor.stage import SavedBytes, Stage
 from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict, Problem
@@ -27,7 +27,7 @@ MIB = float(2**20)
 
 
 def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x, target, split: bool,
-                  warmup: int, repeats: int, dev: CpuDevice | None = None) -> tuple[float, float, float, int, int]:
+                  warmup: int, repeats: int, dev: Device | None = None) -> tuple[float, float, float, int, int]:
     """(F ms, B ms, W ms, activation bytes, bytes held from B to W) of one stage for one microbatch."""
     dev = dev or CpuDevice()
     params = list(stage_module.parameters())

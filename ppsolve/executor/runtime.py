@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ppsolve.executor import models
 from ppsolve.executor.comm import BWD, FWD, Channels, OrderedComm, TaggedComm
-from ppsolve.executor.device import CpuDevice, make_device
+from ppsolve.executor.device import Device, make_device
 from ppsolve.executor.spec import ModelSpec, model_from_dict
 from ppsolve.executor.stage import SavedBytes, Stage
 from ppsolve.ops import OpKind
@@ -75,7 +75,7 @@ class RankResult:
     max_allocated: int | None = None  # torch.cuda.max_memory_allocated over the measured walk (CUDA)
 
 
-def run_rank(job: Job, rank: int, device: CpuDevice | None = None) -> RankResult:
+def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     """Build this rank's stages and run ``job.steps`` iterations; the last one is recorded."""
     schedule, spec = job.load()
     dev = device or make_device(job.device)
@@ -95,7 +95,7 @@ def run_rank(job: Job, rank: int, device: CpuDevice | None = None) -> RankResult
         stages = {s: Stage(s, S, modules[s], models.loss_fn(spec), M, ledger, dev) for s in sorted(mine)}
         shape = models.boundary_shape(spec)
         comm = (OrderedComm(channels, problem.placement, shape, dev.device, job.timeout_s) if ordered
-                else TaggedComm(schedule, rank, stages, shape, dev.device, job.timeout_s))
+                else TaggedComm(schedule, rank, stages, shape, job.timeout_s))
         result = _walk(job, rank, schedule, spec, stages, ledger, actions, comm, dev)
     if job.check:
         for module in modules.values():
@@ -109,7 +109,7 @@ _LANE = {OpKind.OFFLOAD: "d2h", OpKind.RELOAD: "h2d"}
 
 
 def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict[int, Stage],
-          ledger: SavedBytes, actions, comm, dev: CpuDevice) -> RankResult:
+          ledger: SavedBytes, actions, comm, dev: Device) -> RankResult:
     problem = schedule.problem
     S, M, place = problem.num_stages, problem.microbatches, problem.placement
     data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j)) for j in range(M)}

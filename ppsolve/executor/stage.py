@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ppsolve.executor import split
-from ppsolve.executor.device import CpuDevice
+from ppsolve.executor.device import CpuDevice, Device
 
 
 class SavedBytes:
@@ -83,7 +83,7 @@ class Stage:
     """Stage ``index`` of ``num_stages`` with its module and its microbatches in flight."""
 
     def __init__(self, index: int, num_stages: int, module: nn.Module, loss_fn, microbatches: int,
-                 ledger: SavedBytes, device: CpuDevice | None = None):
+                 ledger: SavedBytes, device: Device | None = None):
         self.index = index
         self.device = device or CpuDevice()
         self.is_first = index == 0

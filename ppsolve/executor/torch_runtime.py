@@ -19,11 +19,11 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from ppsolve.executor import models
-from ppsolve.executor.device import CpuDevice
+from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, RankResult
 
 
-def run_rank_torch(job: Job, rank: int, device: CpuDevice | None = None) -> RankResult:
+def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankResult:
     dev = device or CpuDevice()
     schedule, spec = job.load()
     problem = schedule.problem
