@@ -45,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
     if outcome.results is None:
         return 0  # a torchrun rank other than 0: rank 0 reports
     problem = schedule.problem
+    where = "" if outcome.results[0].device == "cpu" else f" on {outcome.results[0].device} (nccl)"
     print(f"ran {schedule.method.name} ({problem.devices} ranks, {problem.num_stages} stages, "
           f"{problem.microbatches} microbatches, {problem.backward_mode} backward) on {outcome.spec.name} "
-          f"with the {args.runtime} runtime, {args.steps} step(s); loss {outcome.loss:.6f}")
+          f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
     if args.trace:
