@@ -22,12 +22,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto (default): cuda:0 when CUDA is available, else CPU; cuda is refused without CUDA")
     parser.add_argument("-o", "--output", required=True, help="problem file to write")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
+    from ppsolve.executor.device import select_device
     from ppsolve.executor.profiler import profile
     from ppsolve.executor.spec import load_model_spec
     from ppsolve.jsonio import write_json_atomic
@@ -36,19 +39,23 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
     spec = load_model_spec(args.model).with_micro_batch_size(args.micro_batch_size)
+    device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
-                      repeats=args.repeats)
+                      repeats=args.repeats, device=device)
     write_json_atomic(args.output, problem.to_dict())
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-    print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement})")
+    where = "" if device == "cpu" else f", measured on {device}"
+    print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")
     print(f"  activation MiB:     {per(problem.activation)}")
     if problem.split_backward:
         print(f"  weight_hold MiB:    {per(problem.weight_hold)}")
-    if problem.offload is not None:
+    if problem.offload is not None and problem.offload.d2h == problem.offload.h2d:
         print(f"  host copy MiB/ms:   {problem.offload.d2h:.3f}")
+    elif problem.offload is not None:
+        print(f"  host copy MiB/ms:   d2h {problem.offload.d2h:.3f}  h2d {problem.offload.h2d:.3f}")
     print(f"wrote {args.output}")
     return 0

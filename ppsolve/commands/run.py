@@ -1,6 +1,7 @@
 """``ppsolve run SCHEDULE.json --model models/NAME.json``: run a schedule for real with torch.
 
-One process per device (gloo on CPU); under ``torchrun`` this process is one rank.
+One process per device (gloo on CPU, NCCL on CUDA, ``--device``); under ``torchrun``
+this process is one rank.
 Prints per rank the measured activation peak beside the predicted one and the
 median wall time of each op kind; ``--check`` compares the loss and every gradient
 with a single-process run; ``--trace`` writes the measured ops as a Chrome trace.
@@ -25,6 +26,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="ppsolve's executor, or PyTorch's pipelining runtime fed the exported CSV")
     parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any wait may take before the run fails")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto (default): cuda:LOCAL_RANK with NCCL when there is one GPU per local rank, "
+                             "else CPU with gloo; cuda is refused where CUDA is not available")
     return parser
 
 
@@ -37,13 +41,14 @@ def run(args: argparse.Namespace) -> int:
 
     schedule = load_schedule(args.schedule)
     outcome = execute(schedule, args.model, steps=args.steps, check=args.check, runtime=args.runtime,
-                      timeout_s=args.timeout, micro_batch_size=args.micro_batch_size)
+                      timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
         return 0  # a torchrun rank other than 0: rank 0 reports
     problem = schedule.problem
+    where = "" if outcome.results[0].device == "cpu" else f" on {outcome.results[0].device} (nccl)"
     print(f"ran {schedule.method.name} ({problem.devices} ranks, {problem.num_stages} stages, "
           f"{problem.microbatches} microbatches, {problem.backward_mode} backward) on {outcome.spec.name} "
-          f"with the {args.runtime} runtime, {args.steps} step(s); loss {outcome.loss:.6f}")
+          f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
     if args.trace:

@@ -2,7 +2,9 @@
 
 Modules: ``spec`` (model description files, no torch), ``models`` (layers, stage
 split, data, loss), ``stage`` (F/B/W of one stage with saved-tensor accounting and
-offload), ``runtime`` (one rank walking its action list), ``launch`` (processes,
+offload), ``runtime`` (one rank walking its action list), ``device`` (CPU/gloo or
+CUDA/NCCL: placement, transfer copies, streams and events, timers), ``comm``
+(point-to-point messages: tagged on gloo, ordered channels on NCCL), ``launch`` (processes,
 watchdog), ``reference`` (single-process gradients), ``report`` (measured against
 predicted, Chrome trace), ``profiler`` (problem files from measurements) and
 ``torch_runtime`` (the same schedule through ``torch.distributed.pipelining``).

@@ -3,7 +3,7 @@
 Everything that can be refused is refused here, before any process starts: a
 schedule that is not valid, a model whose layers cannot be cut into the stages,
 a launch whose rank count is not the schedule's devices, an offload schedule for
-the torch runtime.
+the torch runtime, ``device="cuda"`` where CUDA is not there (one GPU per local rank).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ppsolve.checker import check
 from ppsolve.errors import InputError
-from ppsolve.executor.launch import in_torchrun, launch, run_in_torchrun
+from ppsolve.executor.device import select_device
+from ppsolve.executor.launch import in_torchrun, launch, local_ranks, run_in_torchrun
 from ppsolve.executor.report import RankFigures, figures
 from ppsolve.executor.reference import Comparison, compare, reference_run
 from ppsolve.executor.runtime import Job
@@ -60,8 +61,12 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
 
 def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | None = None, steps: int = 1,
             check: bool = False, runtime: str = "ppsolve", timeout_s: float = 120.0,
-            fail_at: tuple[int, int] | None = None, micro_batch_size: int | None = None) -> Outcome:
-    """Run ``schedule`` with the model for ``steps`` iterations and measure the last one."""
+            fail_at: tuple[int, int] | None = None, micro_batch_size: int | None = None,
+            device: str = "auto", comm: str | None = None) -> Outcome:
+    """Run ``schedule`` with the model for ``steps`` iterations and measure the last one.
+
+    ``device``: auto (CUDA with NCCL when there is one GPU per local rank, else CPU with
+    gloo), cpu or cuda. ``comm`` forces the message protocol (tests; see ``comm``)."""
     if steps < 1:
         raise InputError("--steps", f"must be >= 1, got {steps}")
     torchrun = in_torchrun()
@@ -69,8 +74,9 @@ def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | N
         import os
         ranks = int(os.environ["WORLD_SIZE"])
     spec, csv_text = prepare(schedule, model, ranks, runtime, micro_batch_size)
+    kind = select_device(device, local_ranks(schedule.problem.devices))
     job = Job(schedule=schedule.to_dict(), model=spec.to_dict(), steps=steps, check=check, runtime=runtime,
-              csv_text=csv_text, timeout_s=timeout_s, fail_at=fail_at)
+              csv_text=csv_text, timeout_s=timeout_s, fail_at=fail_at, device=kind, comm=comm)
     results = run_in_torchrun(job) if torchrun else launch(job, schedule.problem.devices)
     outcome = Outcome(schedule, spec, results)
     if results is None:
@@ -79,5 +85,5 @@ def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | N
         outcome.figures = figures(schedule, results)
     if check:
         grads = {name: g for r in results for name, g in r.grads.items()}
-        outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches), outcome.loss, grads)
+        outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches, kind), outcome.loss, grads)
     return outcome

@@ -1,12 +1,13 @@
 """Starting one process per device, and making a failure anywhere end the run.
 
-``launch`` spawns the ranks itself (gloo on one machine); ``run_in_torchrun`` is the
+``launch`` spawns the ranks itself on one machine; ``run_in_torchrun`` is the
 same worker when ``torchrun`` (or any launcher setting RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT) started this process, also across nodes. Rank 0
 gathers every rank's record over the process group. A rank that raises writes one
 line to the run's error folder and exits; the parent stops the other ranks at
 once and reports that line. Every wait has a timeout, so a lost peer is an error,
-never a hang.
+never a hang. The backend is the rank's ``Device``'s: gloo on CPU, NCCL on
+``cuda:LOCAL_RANK`` (the rank index for spawned ranks).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ppsolve.errors import PpsolveError
+from ppsolve.executor.device import make_device
 from ppsolve.executor.runtime import Job, RankResult, run_rank
 
 STARTUP_S = 60.0  # extra time for the processes to start and import torch
@@ -39,16 +41,17 @@ def in_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _rank_main(job: Job, rank: int, world: int, init_method: str) -> list | None:
+def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: int) -> list | None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=job.timeout_s))
+    device = make_device(job.device, local_rank)
+    dist.init_process_group(device.backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=job.timeout_s), **device.init_options())
     try:
         if job.runtime == "torch":
             from ppsolve.executor.torch_runtime import run_rank_torch
-            result = run_rank_torch(job, rank)
+            result = run_rank_torch(job, rank, device)
         else:
-            result = run_rank(job, rank)
+            result = run_rank(job, rank, device)
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         dist.barrier()
@@ -59,7 +62,7 @@ def _rank_main(job: Job, rank: int, world: int, init_method: str) -> list | None
 
 def _child(job: Job, rank: int, world: int, init_method: str, folder: str) -> None:
     try:
-        gathered = _rank_main(job, rank, world, init_method)
+        gathered = _rank_main(job, rank, world, init_method, rank)
         if rank == 0:
             torch.save(gathered, Path(folder) / "results.pt")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
@@ -129,4 +132,13 @@ def _first_failure(folder: str, failed: list[int], procs) -> str:
 def run_in_torchrun(job: Job) -> list[RankResult] | None:
     """This process is one rank started by torchrun; rank 0 gets every result, others None."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return _rank_main(job, rank, world, "env://")
+    return _rank_main(job, rank, world, "env://", local_rank())
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+
+
+def local_ranks(world: int) -> int:
+    """Ranks on this machine: all of them when spawned, LOCAL_WORLD_SIZE under torchrun."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world)) if in_torchrun() else world

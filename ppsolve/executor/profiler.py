@@ -5,17 +5,20 @@ executor's own code on microbatch 0's real input (median of ``repeats`` runs aft
 ``warmup``), and the bytes its saved tensors hold. Units of the problem file:
 milliseconds and MiB (bandwidth in MiB per ms). One thread, as each rank uses.
 Fused backward: one backward pass is timed and split half and half between
-``backward_input`` and ``backward_weight`` (only their sum counts then).
+``backward_input`` and ``backward_weight`` (only their sum counts then). On CUDA
+(``device="cuda"``: cuda:0, TF32 off) the ops are timed with CUDA events and the
+host lanes with pinned buffers, d2h and h2d each; on CPU one host-to-host copy
+gives both.
 """
 
 from __future__ import annotations
 
-import time
 from statistics import median
 
 import torch
 
 from ppsolve.executor import models
+from ppsolve.executor.device import CpuDevice, Device, make_device
 from ppsolve.executor.spec import ModelSpec
 from ppsolve.executor.stage import SavedBytes, Stage
 from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict, Problem
@@ -23,31 +26,26 @@ from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict,
 MIB = float(2**20)
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
-
-
 def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x, target, split: bool,
-                  warmup: int, repeats: int) -> tuple[float, float, float, int, int]:
+                  warmup: int, repeats: int, dev: Device | None = None) -> tuple[float, float, float, int, int]:
     """(F ms, B ms, W ms, activation bytes, bytes held from B to W) of one stage for one microbatch."""
+    dev = dev or CpuDevice()
     params = list(stage_module.parameters())
     times: list[tuple[float, float, float]] = []
     nbytes = hold = 0
     for rep in range(warmup + repeats):
         ledger = SavedBytes(params)
-        stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, ledger)
+        stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, ledger, dev)
         out: list = [None]
-        t_f = _timed(lambda: out.__setitem__(0, stage.forward(0, x, target)))
+        t_f = dev.timed(lambda: out.__setitem__(0, stage.forward(0, x, target)))
         grad = None if out[0] is None else torch.ones_like(out[0]) / out[0].numel()
         nbytes = stage.bytes_of[0]
         if split:
-            t_b = _timed(lambda: stage.backward_input(0, grad))
+            t_b = dev.timed(lambda: stage.backward_input(0, grad))
             hold = stage.hold_of[0]
-            t_w = _timed(lambda: stage.backward_weight(0))
+            t_w = dev.timed(lambda: stage.backward_weight(0))
         else:
-            t_b, t_w = _timed(lambda: stage.backward_full(0, grad)), 0.0
+            t_b, t_w = dev.timed(lambda: stage.backward_full(0, grad)), 0.0
         stage_module.zero_grad(set_to_none=True)
         if rep >= warmup:
             times.append((t_f, t_b, t_w))
@@ -55,29 +53,21 @@ def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x,
     return f, b, w, nbytes, hold
 
 
-def host_bandwidth(nbytes: int, repeats: int = 5) -> float:
-    """MiB per ms of copying ``nbytes`` to a separate host buffer (what OFFLOAD does here)."""
-    nbytes = max(nbytes, 1 << 20)
-    src, dst = torch.empty(nbytes, dtype=torch.uint8).fill_(1), torch.empty(nbytes, dtype=torch.uint8)
-    dst.copy_(src)
-    ms = median(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
-    return nbytes / MIB / max(ms, 1e-6)
-
-
 def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbatches: int, *,
             split: bool = True, offload: bool = False, p2p: float = 0.0, capacity: float | None = None,
-            warmup: int = 2, repeats: int = 5) -> Problem:
-    """Measure every stage and return the problem (validated)."""
+            warmup: int = 2, repeats: int = 5, device: str = "cpu") -> Problem:
+    """Measure every stage on ``device`` ("cpu" or "cuda") and return the problem (validated)."""
     num_stages = devices * chunks
     expand_placement(placement, devices, chunks, "--placement")
     spec.layers_of_stages(num_stages, where=f"model {spec.name}: layers")
     torch.set_num_threads(1)
-    modules = models.build_stages(spec, num_stages)
-    x, target = models.microbatch(spec, 0)
+    dev = make_device(device)
+    modules = {s: dev.place(m) for s, m in models.build_stages(spec, num_stages).items()}
+    x, target = (dev.place(t) for t in models.microbatch(spec, 0))
     fwd, bwd_in, bwd_w, act, holds = [], [], [], [], []
     for s in range(num_stages):
         f, b, w, nbytes, hold = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
-                                        split, warmup, repeats)
+                                              split, warmup, repeats, dev)
         if not split:
             b, w = b / 2, b / 2
         fwd.append(round(f, 6))
@@ -94,11 +84,11 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         "time": {"forward": fwd, "backward_input": bwd_in, "backward_weight": bwd_w, "p2p": p2p},
         "memory": {"activation": act, "weight_hold": holds if split else 0, "capacity": capacity},
         "x-profile": {"model": spec.to_dict(), "units": {"time": "ms", "memory": "MiB"},
-                      "torch": torch.__version__, "threads": 1,
+                      "torch": torch.__version__, "threads": 1, "device": dev.kind,
                       "activation_bytes": [int(a * MIB) for a in act],
                       "weight_hold_bytes": [int(h * MIB) for h in holds]},
     }
     if offload:
-        bw = round(host_bandwidth(int(max(act) * MIB)), 6)
-        data["offload"] = {"fraction": 1, "bandwidth": {"d2h": bw, "h2d": bw}}
+        d2h, h2d = dev.copy_bandwidth(int(max(act) * MIB))
+        data["offload"] = {"fraction": 1, "bandwidth": {"d2h": round(d2h, 6), "h2d": round(h2d, 6)}}
     return problem_from_dict(data)

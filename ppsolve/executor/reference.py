@@ -1,5 +1,6 @@
 """The single-process reference: the whole model, the same data, every microbatch
-forward and backward; loss = mean of the microbatch losses."""
+forward and backward; loss = mean of the microbatch losses. It runs on the device
+kind of the run (CUDA: cuda:0 with TF32 off); gradients come back on the CPU."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ppsolve.executor import models
+from ppsolve.executor.device import make_device
 from ppsolve.executor.spec import ModelSpec
 
 
@@ -17,16 +19,17 @@ class Reference:
     grads: dict[str, torch.Tensor]
 
 
-def reference_run(spec: ModelSpec, microbatches: int) -> Reference:
-    model = models.build_full(spec)
+def reference_run(spec: ModelSpec, microbatches: int, device: str = "cpu") -> Reference:
+    dev = make_device(device)
+    model = dev.place(models.build_full(spec))
     loss_fn = models.loss_fn(spec)
     total = 0.0
     for j in range(microbatches):
-        x, target = models.microbatch(spec, j)
+        x, target = (dev.place(t) for t in models.microbatch(spec, j))
         loss = loss_fn(model(x), target)
         total += float(loss.detach())
         (loss / microbatches).backward()
-    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters() if p.grad is not None}
     return Reference(total / microbatches, grads)
 
 

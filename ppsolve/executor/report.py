@@ -25,6 +25,7 @@ class RankFigures:
     span_ms: float
     planned: dict[str, float]  # median planned duration per kind (problem time units)
     planned_span: float
+    max_allocated: int | None = None  # torch.cuda.max_memory_allocated (CUDA runs only)
 
 
 def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
@@ -71,19 +72,26 @@ def figures(schedule: Schedule, results) -> list[RankFigures]:
             planned.setdefault(op.kind.value, []).append(op.end - op.start)
         out.append(RankFigures(result.rank, result.peak, predicted[result.rank],
                                {k: median(v) for k, v in by_kind.items()}, span,
-                               {k: median(v) for k, v in planned.items()}, max(op.end for op in mine)))
+                               {k: median(v) for k, v in planned.items()}, max(op.end for op in mine),
+                               result.max_allocated))
     return out
 
 
 def render(figs: list[RankFigures]) -> str:
     """Per rank: peaks in bytes, then measured / planned median time of each op kind and the
-    rank's span (measured ms / planned, in the problem's time unit)."""
+    rank's span (measured ms / planned, in the problem's time unit); on CUDA also the
+    rank's ``torch.cuda.max_memory_allocated`` (everything: weights, gradients, buffers)."""
     kinds = [k.value for k in OpKind if any(k.value in f.op_ms for f in figs)]
     cols = [f"{k} ms meas/plan" for k in kinds] + ["span meas/plan"]
+    cuda = any(f.max_allocated is not None for f in figs)
+    if cuda:
+        cols.append("cuda max alloc (B)")
     lines = ["rank  peak measured (B)  peak predicted (B)  " + "  ".join(f"{c:>17}" for c in cols)]
     for f in figs:
         cells = [f"{f.op_ms.get(k, 0.0):.3f}/{f.planned.get(k, 0.0):.3f}" for k in kinds]
         cells.append(f"{f.span_ms:.2f}/{f.planned_span:.2f}")
+        if cuda:
+            cells.append("-" if f.max_allocated is None else str(f.max_allocated))
         mark = "" if f.measured_peak == f.predicted_peak else "  (peak differs)"
         lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  "
                      + "  ".join(f"{c:>17}" for c in cells) + mark)

@@ -7,7 +7,9 @@ storages another live microbatch already owns. The bytes of those storages are
 the microbatch's activation on this rank. Offload copies each storage into a
 separate host buffer and frees the original (the storage is resized to zero, so
 every tensor and view keeps pointing at it); reload allocates it again and copies
-the bytes back. Split backward (see ``split``): B takes the input gradient and
+the bytes back. The copies are the ``Device``'s: synchronous on CPU; on CUDA issued on
+the lane the runtime selected, with ``copied(j)`` the event that a RELOAD (after an
+OFFLOAD) or a B (after a RELOAD) waits for. Split backward (see ``split``): B takes the input gradient and
 records the gradients reaching the parameter branches; W runs only those branches.
 Every saved
 tensor the weight gradients still need is held until W: B drops the output side
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from ppsolve.executor import split
+from ppsolve.executor.device import CpuDevice, Device
 
 
 class SavedBytes:
@@ -73,14 +76,16 @@ class Pending:
     plan: split.WeightPlan | None = None
     hold: int = 0  # bytes still held between B and W
     input_done: bool = False  # B of split backward has run
+    copied: object = None  # the device event after the last OFFLOAD/RELOAD copy (None on CPU)
 
 
 class Stage:
     """Stage ``index`` of ``num_stages`` with its module and its microbatches in flight."""
 
     def __init__(self, index: int, num_stages: int, module: nn.Module, loss_fn, microbatches: int,
-                 ledger: SavedBytes):
+                 ledger: SavedBytes, device: Device | None = None):
         self.index = index
+        self.device = device or CpuDevice()
         self.is_first = index == 0
         self.is_last = index == num_stages - 1
         self.module = module
@@ -89,7 +94,7 @@ class Stage:
         self.microbatches = microbatches
         self.ledger = ledger
         self.pending: dict[int, Pending] = {}
-        self.losses: dict[int, float] = {}
+        self.losses: dict[int, torch.Tensor] = {}  # read with float() after the walk (no sync per F)
         self.bytes_of: dict[int, int] = {}
         self.hold_of: dict[int, int] = {}
 
@@ -112,7 +117,7 @@ class Stage:
             out = self.module(x if inputs is None else inputs)
             if self.is_last:
                 loss = self.loss_fn(out, target)
-                self.losses[j] = float(loss.detach())
+                self.losses[j] = loss.detach()
                 out = loss / self.microbatches
         nbytes = self.ledger.register(key, found)
         self.bytes_of[j] = nbytes
@@ -202,14 +207,11 @@ class Stage:
             size = state.sizes[i]
             if moved + size > budget:
                 continue
-            storage = state.storages[i]
-            host = torch.empty(size, dtype=torch.uint8, device="cpu")
-            host.copy_(_bytes_view(storage))
+            state.host[i] = self.device.to_host(state.storages[i])
             self.ledger.owner.pop(state.ptrs[i], None)  # the address may be reused while on host
-            storage.resize_(0)
-            state.host[i] = host
             moved += size
         state.moved = moved
+        state.copied = self.device.mark()
         self.ledger.held -= moved
         return moved
 
@@ -222,15 +224,17 @@ class Stage:
             if host is None:
                 continue
             storage = state.storages[i]
-            storage.resize_(state.sizes[i])
-            _bytes_view(storage).copy_(host)
+            self.device.to_device(storage, host)
             state.ptrs[i] = storage.data_ptr()
             self.ledger.owner[state.ptrs[i]] = (self.index, j)
             state.host[i] = None
         moved, state.moved = state.moved, 0
+        state.copied = self.device.mark()
         self.ledger.held += moved
         return moved
 
+    def copied(self, j: int):
+        """The event after microbatch j's last transfer (what its RELOAD or B waits for), or None."""
+        state = self.pending.get(j)
+        return None if state is None else state.copied
 
-def _bytes_view(storage: torch.UntypedStorage) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)

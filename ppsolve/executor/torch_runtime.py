@@ -19,16 +19,18 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from ppsolve.executor import models
+from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, RankResult
 
 
-def run_rank_torch(job: Job, rank: int) -> RankResult:
+def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankResult:
+    dev = device or CpuDevice()
     schedule, spec = job.load()
     problem = schedule.problem
     S, M = problem.num_stages, problem.microbatches
     mine = sorted(problem.stages_of_device[rank])
-    modules = models.build_stages(spec, S, keep=set(mine))
-    stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
+    modules = {s: dev.place(m) for s, m in models.build_stages(spec, S, keep=set(mine)).items()}
+    stages = [PipelineStage(modules[s], s, S, dev.device) for s in mine]
     runtime = _PipelineScheduleRuntime(stages, n_microbatches=M, loss_fn=models.loss_fn(spec), scale_grads=True)
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as handle:
         handle.write(job.csv_text)
@@ -38,9 +40,9 @@ def run_rank_torch(job: Job, rank: int) -> RankResult:
     finally:
         os.unlink(path)
     batches = [models.microbatch(spec, j) for j in range(M)]
-    inputs = torch.cat([x for x, _ in batches])
-    targets = torch.cat([t for _, t in batches])
-    result = RankResult(rank)
+    inputs = dev.place(torch.cat([x for x, _ in batches]))
+    targets = dev.place(torch.cat([t for _, t in batches]))
+    result = RankResult(rank, device=dev.kind)
     for _ in range(job.steps):
         for module in modules.values():
             module.zero_grad(set_to_none=True)
@@ -54,5 +56,5 @@ def run_rank_torch(job: Job, rank: int) -> RankResult:
         for module in modules.values():
             for name, p in module.named_parameters():
                 if p.grad is not None:
-                    result.grads[name] = p.grad.detach().clone()
+                    result.grads[name] = p.grad.detach().cpu().clone()
     return result
