@@ -19,6 +19,7 @@ COMMANDS = [
     "check",
     "bound",
     "schema",
+    "solve",
 ]
 
 

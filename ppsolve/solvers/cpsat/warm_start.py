@@ -17,7 +17,7 @@ our own are always tried as well:
 from __future__ import annotations
 
 from ppsolve.checker import check
-from ppsolve.errors import PpsolveError
+from ppsolve.errors import DeadlockError, PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -66,6 +66,11 @@ def limited_1f1b_orders(problem: Problem, k: int) -> list[list[Op]]:
 
 def _own_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     plans = [("serial", serial_orders(problem))]
+    for prefer in ("BFW", "FBW", "BWF"):
+        try:
+            plans.append((f"greedy-{prefer}", greedy_orders(problem, prefer)))
+        except PpsolveError:
+            pass
     if problem.can_offload:
         plans.append(("serial+offload", serial_orders(problem, offload=True)))
     if problem.placement_name == "linear":
@@ -121,3 +126,102 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
     if not candidates:
         return None
     return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))
+
+
+def greedy_orders(problem: Problem, prefer: str = "BFW") -> list[list[Op]]:
+    """A list scheduler for any placement, without offload, that respects the capacity.
+
+    Time advances event by event; an idle device starts the first ready op of
+    its stages in the kind order ``prefer`` (per stage and kind in microbatch
+    order). A device admits a new microbatch (the F of its lowest stage) only
+    when the memory of all its stages for that microbatch is free, so an
+    admitted microbatch always finishes and the plan never deadlocks on memory.
+    """
+    p = problem
+    S, m = p.num_stages, p.microbatches
+    kinds = [OpKind(k) for k in prefer if OpKind(k) in p.kinds]
+    nxt = {(k, s): 0 for k in p.kinds for s in range(S)}
+    end: dict[Op, float] = {}
+    orders: list[list[Op]] = [[] for _ in range(p.devices)]
+    free_at = [0.0] * p.devices
+    level = [0.0] * p.devices
+    releases: list[tuple[float, int, float]] = []  # (time, device, amount) not yet applied
+    reserve = [sum(p.activation[s] for s in stages) for stages in p.stages_of_device]
+    first = [min(stages) for stages in p.stages_of_device]
+    cap = [c if c is not None else float("inf") for c in p.capacity]
+    total = S * m * len(p.kinds)
+    t, done = 0.0, 0
+    last = S - 1
+
+    def ready(op: Op) -> float | None:
+        k, s, j = op
+        if k is OpKind.F:
+            deps = [(Op(OpKind.F, s - 1, j), p.latency(s - 1, s))] if s > 0 else []
+        elif k is OpKind.B:
+            deps = [(Op(OpKind.F, s, j), 0.0)] if s == last else [(Op(OpKind.B, s + 1, j), p.latency(s, s + 1))]
+        else:
+            deps = [(Op(OpKind.B, s, j), 0.0)]
+        times = [0.0]
+        for dep, lag in deps:
+            if dep not in end:
+                return None
+            times.append(end[dep] + lag)
+        return max(times)
+
+    while done < total:
+        for rel in [r for r in releases if r[0] <= t + 1e-12]:
+            level[rel[1]] += -rel[2]
+            releases.remove(rel)
+        progressed = False
+        for d in range(p.devices):
+            if free_at[d] > t + 1e-12:
+                continue
+            chosen = None
+            for k in kinds:
+                for s in p.stages_of_device[d]:
+                    j = nxt[(k, s)]
+                    if j >= m:
+                        continue
+                    op = Op(k, s, j)
+                    r = ready(op)
+                    if r is None or r > t + 1e-12:
+                        continue
+                    if k is OpKind.F and s == first[d] and level[d] + reserve[d] > cap[d] + 1e-12:
+                        continue
+                    chosen = op
+                    break
+                if chosen is not None:
+                    break
+            if chosen is None:
+                continue
+            k, s, j = chosen
+            dur = p.duration(k, s)
+            end[chosen] = t + dur
+            free_at[d] = t + dur
+            nxt[(k, s)] += 1
+            orders[d].append(chosen)
+            done += 1
+            progressed = True
+            if k is OpKind.F and s == first[d]:
+                level[d] += reserve[d]
+            elif k is not OpKind.F:
+                released = p.released_by(k, s)
+                if released:
+                    releases.append((t + dur, d, released))
+        if progressed:
+            continue
+        future = [x for x in free_at if x > t + 1e-12] + [r[0] for r in releases if r[0] > t + 1e-12]
+        future += [x for x in end.values() if x > t + 1e-12]
+        waiting = []
+        for k in p.kinds:
+            for s in range(S):
+                j = nxt[(k, s)]
+                if j < m:
+                    r = ready(Op(k, s, j))
+                    if r is not None and r > t + 1e-12:
+                        waiting.append(r)
+        future += waiting
+        if not future:
+            raise DeadlockError("greedy warm start is stuck")
+        t = min(future)
+    return orders
