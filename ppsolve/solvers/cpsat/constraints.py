@@ -144,7 +144,16 @@ def memory(v: Variables, capacity: Sequence) -> None:
                 if w is not None:
                     add(device, t.rel_start, w, a_h, f"rw_{s}_{j}", t.chosen)
     for device, items in intervals.items():
-        v.model.add_cumulative(items, demands[device], capacity[device])
+        cap = capacity[device]
+        if isinstance(cap, cp_model.IntVar):
+            # A variable capacity P as a constant one, U, with a filler of demand U - P over the
+            # whole horizon (CP-SAT crashed on a variable cumulative capacity here).
+            upper = int(cap.Proto().domain[-1])
+            filler = v.model.new_fixed_size_interval_var(0, v.horizon, f"fill_{device}")
+            items = items + [filler]
+            demands[device] = demands[device] + [upper - cap]
+            cap = upper
+        v.model.add_cumulative(items, demands[device], cap)
 
 
 def symmetry(v: Variables) -> None:
@@ -197,3 +206,76 @@ def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
             continue
         load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
         m.add(v.makespan >= v.start[Op(_F, first, 0)] + load)
+
+
+def runtime_tightness(v: Variables) -> None:
+    """With offload: every op starts exactly when the runtime would start it (no voluntary waiting).
+
+    SPEC's runtime starts each action as soon as its inputs, its device's
+    previous compute op (or, for a transfer, the compute op before it) and its
+    lane allow; it cannot hold an F back until an offload has freed memory. So
+    in every schedule that re-times to itself each op starts at the end of one
+    of the things it waits for. We require that: S(o) = element(idx_o, [0,
+    its dependencies' ends (+ latency), the ends of the compute ops of its
+    device, and for a transfer its own offload's end and the ends of its
+    lane's transfers]). Every executable schedule satisfies it (the model stays
+    a relaxation, its bound a proof), and a solution then re-times to itself,
+    memory included. Without offload memory depends on the orders only, so
+    this is not needed there.
+    """
+    if not v.transfers:
+        return
+    p, m = v.problem, v.model
+    last = p.num_stages - 1
+    device_ends = {d: [] for d in range(p.devices)}
+    for op, end in v.end.items():
+        device_ends[p.placement[op.stage]].append((op, end))
+    lane_ends: dict[int, list] = {}
+
+    def when_chosen(t, end, otherwise, name):
+        # The end of an absent transfer is meaningless: stand in ``otherwise`` for it.
+        proxy = m.new_int_var(0, v.horizon, f"pe_{name}")
+        m.add(proxy == end).only_enforce_if(t.chosen)
+        m.add(proxy == otherwise).only_enforce_if(t.chosen.Not())
+        return proxy
+
+    for (s, j), t in v.transfers.items():
+        device = p.placement[s]
+        lane_ends.setdefault(p.lane(device, OpKind.OFFLOAD), []).append(
+            ((OpKind.OFFLOAD, s, j), when_chosen(t, t.off_end, 0, f"off_{s}_{j}")))
+        lane_ends.setdefault(p.lane(device, OpKind.RELOAD), []).append(
+            ((OpKind.RELOAD, s, j), when_chosen(t, t.rel_end, 0, f"rel_{s}_{j}")))
+
+    def tie(start, choices, name, present=None):
+        choices = [c if not isinstance(c, int) else m.new_constant(c) for c in choices]
+        index = m.new_int_var(0, len(choices) - 1, f"why_{name}")
+        if present is None:
+            m.add_element(index, choices, start)
+            return
+        # An absent transfer keeps its (unconstrained) start: link through a proxy.
+        proxy = m.new_int_var(0, v.horizon, f"why_val_{name}")
+        m.add_element(index, choices, proxy)
+        m.add(start == proxy).only_enforce_if(present)
+
+    for op, start in v.start.items():
+        k, s, j = op
+        device = p.placement[s]
+        deps = []
+        if k is _F and s > 0:
+            deps.append(v.end[Op(_F, s - 1, j)] + v.scaling.latency[s - 1])
+        elif k is _B:
+            deps.append(v.end[Op(_F, s, j)] if s == last else v.end[Op(_B, s + 1, j)] + v.scaling.latency[s])
+            t = v.transfers.get((s, j))
+            if t is not None:
+                deps.append(when_chosen(t, t.rel_end, deps[0], f"b_{s}_{j}"))
+        elif k is _W:
+            deps.append(v.end[Op(_B, s, j)])
+        choices = ([0] if (k is _F and s == 0) else []) + deps + [e for o, e in device_ends[device] if o != op]
+        tie(start, choices, f"{k.value}_{s}_{j}")
+    for (s, j), t in v.transfers.items():
+        device = p.placement[s]
+        ends = [e for _, e in device_ends[device]]
+        off_lane = [e for key, e in lane_ends[p.lane(device, OpKind.OFFLOAD)] if key != (OpKind.OFFLOAD, s, j)]
+        rel_lane = [e for key, e in lane_ends[p.lane(device, OpKind.RELOAD)] if key != (OpKind.RELOAD, s, j)]
+        tie(t.off_start, ends + off_lane, f"off_{s}_{j}", t.chosen)
+        tie(t.rel_start, [t.off_end] + ends + rel_lane, f"rel_{s}_{j}", t.chosen)

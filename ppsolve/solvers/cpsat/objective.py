@@ -31,9 +31,10 @@ def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], makespan_cap: int)
     """
     m = v.model
     m.add(v.makespan <= makespan_cap)
-    upper = max(int(p.Proto().domain[-1]) for p in peaks)
-    worst = m.new_int_var(0, upper, "max_peak")
-    m.add_max_equality(worst, peaks)
-    weight = sum(int(p.Proto().domain[-1]) for p in peaks) + 1
-    m.minimize(worst * weight + sum(peaks))
+    uppers = [int(p.Proto().domain[-1]) for p in peaks]
+    worst = m.new_int_var(0, max(uppers), "max_peak")
+    for p in peaks:
+        m.add(worst >= p)
+    weight = sum(uppers) + 1
+    m.minimize(weight * worst + cp_model.LinearExpr.sum(peaks))
     return worst
