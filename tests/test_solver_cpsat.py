@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from ppsolve.checker import check
-from ppsolve.errors import DeadlockError, InfeasibleError, NotApplicableError
+from ppsolve.errors import DeadlockError, InfeasibleError, InputError
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
@@ -173,10 +173,23 @@ def test_deterministic_with_one_thread():
     assert runs[0] == runs[1]
 
 
-def test_memory_objective_refused_cleanly():
-    # Not available yet (see docs/solver.md): one clear error, no crash.
-    with pytest.raises(NotApplicableError, match="objective memory"):
-        solve(make_problem(devices=3, microbatches=4), SolveOptions(objective="memory", time_limit=2))
+def test_memory_objective_under_makespan_limit():
+    # 3 devices, 4 microbatches, F = B = W = 1. At the fastest makespan (14 = 2 + 12, device 2's
+    # head plus load) device 0 must hold 3 activations (1F1B's warm-up); one activation per device
+    # forces microbatches one at a time. A looser limit never needs more memory.
+    problem = make_problem(devices=3, microbatches=4)
+    fastest = solved(problem).schedule.makespan
+    assert fastest == 14
+    tight = solved(problem, objective="memory", makespan_limit=fastest)
+    assert tight.schedule.makespan <= fastest
+    assert max(tight.schedule.peak_memory) == 3
+    loose = solved(problem, objective="memory", makespan_limit="1.5x")
+    assert max(loose.schedule.peak_memory) <= max(tight.schedule.peak_memory)
+    assert loose.schedule.makespan <= 1.5 * fastest + 1e-9
+    free = solved(problem, objective="memory")
+    assert free.schedule.peak_memory == [1, 1, 1] and free.status == "optimal"
+    with pytest.raises(InputError):
+        solve(problem, SolveOptions(objective="memory", makespan_limit="fast", time_limit=2))
 
 
 def test_never_worse_than_warm_start():

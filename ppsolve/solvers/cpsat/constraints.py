@@ -144,16 +144,7 @@ def memory(v: Variables, capacity: Sequence) -> None:
                 if w is not None:
                     add(device, t.rel_start, w, a_h, f"rw_{s}_{j}", t.chosen)
     for device, items in intervals.items():
-        cap = capacity[device]
-        if isinstance(cap, cp_model.IntVar):
-            # A variable capacity P as a constant one, U, with a filler of demand U - P over the
-            # whole horizon (CP-SAT crashed on a variable cumulative capacity here).
-            upper = int(cap.Proto().domain[-1])
-            filler = v.model.new_fixed_size_interval_var(0, v.horizon, f"fill_{device}")
-            items = items + [filler]
-            demands[device] = demands[device] + [upper - cap]
-            cap = upper
-        v.model.add_cumulative(items, demands[device], cap)
+        v.model.add_cumulative(items, demands[device], capacity[device])
 
 
 def symmetry(v: Variables) -> None:

@@ -23,15 +23,14 @@ def minimise_offload(v: Variables, makespan_cap: int) -> None:
     v.model.minimize(offloaded_amount(v))
 
 
-def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], makespan_cap: int) -> cp_model.IntVar:
+def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int], makespan_cap: int) -> cp_model.IntVar:
     """min (max_d P_d) * (sum of upper bounds + 1) + sum_d P_d subject to C <= makespan_cap.
 
-    P_d is the capacity of device d's cumulative, hence at least its peak:
+    P_d (at most uppers[d]) is the capacity of device d's cumulative, hence at least its peak:
     the largest peak first, then the sum of peaks.
     """
     m = v.model
     m.add(v.makespan <= makespan_cap)
-    uppers = [int(p.Proto().domain[-1]) for p in peaks]
     worst = m.new_int_var(0, max(uppers), "max_peak")
     for p in peaks:
         m.add(worst >= p)

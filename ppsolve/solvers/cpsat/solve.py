@@ -83,6 +83,7 @@ class _Model:
     model: cp_model.CpModel
     v: Variables
     peaks: list = field(default_factory=list)
+    peak_upper: list = field(default_factory=list)
 
 
 def _build(problem: Problem, scaling: Scaling, options: SolveOptions, upper: int | None,
@@ -95,13 +96,14 @@ def _build(problem: Problem, scaling: Scaling, options: SolveOptions, upper: int
     constraints.transfers(v)
     constraints.transfer_anchoring(v)
     constraints.runtime_tightness(v)
-    peaks = []
+    peaks, uppers = [], []
     if capacity_vars:
         for d in range(problem.devices):
             need = sum(scaling.activation[s] for s in problem.stages_of_device[d]) * problem.microbatches
             cap = scaling.capacity[d]
             low = max(scaling.activation[s] for s in problem.stages_of_device[d])
-            peaks.append(model.new_int_var(low, max(low, need if cap is None else min(need, cap)), f"peak_{d}"))
+            uppers.append(max(low, need if cap is None else min(need, cap)))
+            peaks.append(model.new_int_var(low, uppers[-1], f"peak_{d}"))
         constraints.memory(v, peaks)
     else:
         constraints.memory(v, scaling.capacity)
@@ -109,7 +111,7 @@ def _build(problem: Problem, scaling: Scaling, options: SolveOptions, upper: int
         constraints.symmetry(v)
     lb = scaling.time(makespan_lower_bound(problem).value) if scaling.exact else 0
     constraints.makespan(v, min(lb, v.horizon), fifo=options.symmetry)
-    return _Model(model, v, peaks)
+    return _Model(model, v, peaks, uppers)
 
 
 # ----- hints and solutions -----
@@ -323,11 +325,6 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     options = options or SolveOptions()
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
-    if options.objective == "memory":
-        # The peak-memory model (cumulative with a variable capacity) crashes OR-Tools 9.15 (segfault in
-        # the solver); refuse cleanly until that is resolved rather than take the process down.
-        raise NotApplicableError("--objective memory is not available yet (the model crashes OR-Tools 9.15); "
-                                 "use --objective makespan with a memory capacity instead")
     t0 = time.monotonic()
     if options.ignore_capacity:
         problem = problem.replace(capacity=None)
@@ -442,7 +439,7 @@ def _memory_phase(problem: Problem, scaling: Scaling, options: SolveOptions, cap
     """Minimise the largest peak (then the sum) with the makespan at most ``cap_time``."""
     H = None if cap_time is None else int(cap_time * scaling.time_scale + 1e-6)
     m = _build(problem, scaling, options, H, capacity_vars=True)
-    objective.minimise_peak(m.v, m.peaks, H if H is not None else m.v.horizon)
+    objective.minimise_peak(m.v, m.peaks, m.peak_upper, H if H is not None else m.v.horizon)
     fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + 1e-9]
     start = min(fitting, key=lambda s: (max(s.peak_memory), sum(s.peak_memory)), default=None)
     if start is not None:
@@ -452,7 +449,7 @@ def _memory_phase(problem: Problem, scaling: Scaling, options: SolveOptions, cap
     extra["_interrupted"] = run.interrupted
     extra["_proven"] = run.status == cp_model.OPTIMAL and scaling.exact
     if run.bound is not None and scaling.exact:
-        weight = sum(int(p.Proto().domain[-1]) for p in m.peaks) + 1
+        weight = sum(m.peak_upper) + 1
         extra["memory_lower_bound"] = round((int(run.bound) // weight) / scaling.memory_scale, 9)
     best = None
     for values in reversed(run.values):
