@@ -64,6 +64,51 @@ def limited_1f1b_orders(problem: Problem, k: int) -> list[list[Op]]:
     return orders
 
 
+def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: set[int]) -> list[list[Op]]:
+    """``orders`` with every activation of ``devices`` offloaded right after its F and reloaded
+    ``lead`` compute ops before its B (lead 0: just before the B)."""
+    out = []
+    for device, order in enumerate(orders):
+        if device not in devices:
+            out.append(list(order))
+            continue
+        compute = [op for op in order if op.kind.is_compute]
+        reload_before: dict[int, list[Op]] = {}
+        for index, op in enumerate(compute):
+            if op.kind is OpKind.B and problem.max_offload(op.stage) > 0:
+                at = index
+                moved = 0
+                while moved < lead and at > 0 and compute[at - 1] != Op(OpKind.F, op.stage, op.microbatch):
+                    at -= 1
+                    moved += 1
+                reload_before.setdefault(at, []).append(Op(OpKind.RELOAD, op.stage, op.microbatch))
+        new = []
+        for index, op in enumerate(compute):
+            new += reload_before.get(index, [])
+            new.append(op)
+            if op.kind is OpKind.F and problem.max_offload(op.stage) > 0:
+                new.append(Op(OpKind.OFFLOAD, op.stage, op.microbatch))
+        out.append(new)
+    return out
+
+
+def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
+    """1F1B limited to k in flight, offloading on the devices whose k activations exceed the cap."""
+    if not problem.can_offload or problem.placement_name != "linear":
+        return []
+    plans = []
+    for k in range(problem.devices, 1, -1):
+        base = limited_1f1b_orders(problem, k)
+        over = {d for d in range(problem.devices)
+                if problem.capacity[d] is not None
+                and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
+        if not over:
+            continue
+        for lead in (0, 1, 2):
+            plans.append((f"1f1b-k{k}+offload-lead{lead}", with_offload(problem, base, lead, over)))
+    return plans
+
+
 def _own_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     plans = [("serial", serial_orders(problem))]
     for prefer in ("BFW", "FBW", "BWF"):
@@ -75,7 +120,7 @@ def _own_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
         plans.append(("serial+offload", serial_orders(problem, offload=True)))
     if problem.placement_name == "linear":
         plans += [(f"1f1b-k{k}", limited_1f1b_orders(problem, k)) for k in range(problem.devices, 1, -1)]
-    return plans
+    return plans + _offload_plans(problem)
 
 
 def acceptable(schedule: Schedule) -> bool:
