@@ -36,6 +36,15 @@ from ppsolve.solvers.cpsat.variables import Variables, build_variables
 from ppsolve.solvers.cpsat.warm_start import best_warm_start
 
 OBJECTIVES = ("makespan", "memory")
+# Runtime tightness (constraints.runtime_tightness) adds about (ops of a device)^2 choices; above this many
+# the model is built without it: still a relaxation (bounds stay proofs), and every incumbent is re-timed
+# and checked, the first that passes being kept.
+TIGHTNESS_LIMIT = 40_000
+
+
+def _tightness_size(problem: Problem) -> int:
+    per_device = [len(stages) * problem.microbatches * (len(problem.kinds) + 2) for stages in problem.stages_of_device]
+    return sum(n * n for n in per_device)
 
 
 class NoSolutionError(PpsolveError):
@@ -59,6 +68,7 @@ class SolveOptions:
     ignore_capacity: bool = False
     symmetry: bool = True
     offload: bool = True
+    tightness: str = "auto"  # "on", "off", or "auto": on while the model stays small (TIGHTNESS_LIMIT)
     stream: TextIO | None = None
 
 
@@ -95,7 +105,8 @@ def _build(problem: Problem, scaling: Scaling, options: SolveOptions, upper: int
     constraints.device_no_overlap(v)
     constraints.transfers(v)
     constraints.transfer_anchoring(v)
-    constraints.runtime_tightness(v)
+    if options.tightness == "on" or (options.tightness == "auto" and _tightness_size(problem) <= TIGHTNESS_LIMIT):
+        constraints.runtime_tightness(v)
     peaks, uppers = [], []
     if capacity_vars:
         for d in range(problem.devices):
