@@ -112,10 +112,11 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
 def _own_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     plans = [("serial", serial_orders(problem))]
     for prefer in ("BFW", "FBW", "BWF"):
-        try:
-            plans.append((f"greedy-{prefer}", greedy_orders(problem, prefer)))
-        except PpsolveError:
-            pass
+        for late in ((False, True) if problem.chunks > 1 else (False,)):
+            try:
+                plans.append((f"greedy-{prefer}{'-late' if late else ''}", greedy_orders(problem, prefer, late)))
+            except PpsolveError:
+                pass
     if problem.can_offload:
         plans.append(("serial+offload", serial_orders(problem, offload=True)))
     if problem.placement_name == "linear":
@@ -173,12 +174,12 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
     return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))
 
 
-def greedy_orders(problem: Problem, prefer: str = "BFW") -> list[list[Op]]:
+def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = False) -> list[list[Op]]:
     """A list scheduler for any placement, without offload, that respects the capacity.
 
     Time advances event by event; an idle device starts the first ready op of
     its stages in the kind order ``prefer`` (per stage and kind in microbatch
-    order). A device admits a new microbatch (the F of its lowest stage) only
+    order; among stages, the lowest first, or the highest with ``late_first``). A device admits a new microbatch (the F of its lowest stage) only
     when the memory of all its stages for that microbatch is free, so an
     admitted microbatch always finishes and the plan never deadlocks on memory.
     """
@@ -223,7 +224,7 @@ def greedy_orders(problem: Problem, prefer: str = "BFW") -> list[list[Op]]:
                 continue
             chosen = None
             for k in kinds:
-                for s in p.stages_of_device[d]:
+                for s in (reversed(p.stages_of_device[d]) if late_first else p.stages_of_device[d]):
                     j = nxt[(k, s)]
                     if j >= m:
                         continue
