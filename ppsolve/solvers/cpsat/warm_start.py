@@ -45,9 +45,14 @@ def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
     return orders
 
 
-def limited_1f1b_orders(problem: Problem, k: int) -> list[list[Op]]:
-    """1F1B on a linear placement with at most ``k`` microbatches in flight per device."""
+def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list[list[Op]]:
+    """1F1B on a linear placement with at most ``k`` microbatches in flight per device.
+
+    With ``defer_w`` (split backward) the W of a microbatch runs after the next F instead of
+    right after its B (steady state F, W, B), which leaves room to reload before the B.
+    """
     d, m = problem.devices, problem.microbatches
+    defer_w = defer_w and problem.split_backward
     orders = []
     for i in range(d):
         warm = min(max(1, min(k, d - i)) - 1, m)
@@ -57,16 +62,21 @@ def limited_1f1b_orders(problem: Problem, k: int) -> list[list[Op]]:
             if nxt < m:
                 order.append(Op(OpKind.F, i, nxt))
                 nxt += 1
+            if defer_w and j > 0:
+                order.append(Op(OpKind.W, i, j - 1))
             order.append(Op(OpKind.B, i, j))
-            if problem.split_backward:
+            if problem.split_backward and not defer_w:
                 order.append(Op(OpKind.W, i, j))
+        if defer_w:
+            order.append(Op(OpKind.W, i, m - 1))
         orders.append(order)
     return orders
 
 
 def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: set[int]) -> list[list[Op]]:
     """``orders`` with every activation of ``devices`` offloaded right after its F and reloaded
-    ``lead`` compute ops before its B (lead 0: just before the B)."""
+    up to ``lead`` compute ops before its B (lead 0: just before the B), never before an F (whose
+    allocation would meet the reload's)."""
     out = []
     for device, order in enumerate(orders):
         if device not in devices:
@@ -78,7 +88,7 @@ def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: s
             if op.kind is OpKind.B and problem.max_offload(op.stage) > 0:
                 at = index
                 moved = 0
-                while moved < lead and at > 0 and compute[at - 1] != Op(OpKind.F, op.stage, op.microbatch):
+                while moved < lead and at > 0 and compute[at - 1].kind is not OpKind.F:
                     at -= 1
                     moved += 1
                 reload_before.setdefault(at, []).append(Op(OpKind.RELOAD, op.stage, op.microbatch))
@@ -93,19 +103,33 @@ def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: s
 
 
 def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
-    """1F1B limited to k in flight, offloading on the devices whose k activations exceed the cap."""
-    if not problem.can_offload or problem.placement_name != "linear":
+    """Plans that fit the cap only with offload, on the devices whose plan exceeds the cap:
+    greedy orders made as if memory were unbounded, and (linear) 1F1B limited to k in flight."""
+    if not problem.can_offload:
         return []
     plans = []
+    free = problem.replace(capacity=None)
+    all_devices = {d for d in range(problem.devices) if problem.capacity[d] is not None}
+    for prefer in ("BFW", "FBW"):
+        try:
+            base = greedy_orders(free, prefer, problem.chunks > 1)
+        except PpsolveError:
+            continue
+        for lead in (0, 1, 2):
+            plans.append((f"greedy-{prefer}-nocap+offload-lead{lead}", with_offload(problem, base, lead, all_devices)))
+    if problem.placement_name != "linear":
+        return plans
     for k in range(problem.devices, 1, -1):
-        base = limited_1f1b_orders(problem, k)
         over = {d for d in range(problem.devices)
                 if problem.capacity[d] is not None
                 and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
         if not over:
             continue
-        for lead in (0, 1, 2):
-            plans.append((f"1f1b-k{k}+offload-lead{lead}", with_offload(problem, base, lead, over)))
+        for defer in ((False, True) if problem.split_backward else (False,)):
+            base = limited_1f1b_orders(problem, k, defer)
+            for lead in (0, 1, 2):
+                name = f"1f1b-k{k}{'-deferw' if defer else ''}+offload-lead{lead}"
+                plans.append((name, with_offload(problem, base, lead, over)))
     return plans
 
 
