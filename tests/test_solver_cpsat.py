@@ -197,3 +197,22 @@ def test_never_worse_than_warm_start():
     result = solved(problem, time_limit=3)
     assert result.warm_start is not None
     assert result.schedule.makespan <= result.warm_start.makespan
+
+
+def test_fifo_relabel_keeps_times_and_validity():
+    from ppsolve.solvers.cpsat.warm_start import fifo_relabel
+
+    problem = make_problem(devices=2, microbatches=3, memory_capacity=2)
+    # Microbatches run in the order 2, 0, 1: a valid schedule that breaks FIFO.
+    orders = [[], []]
+    for j in (2, 0, 1):
+        orders[0].append(Op(OpKind.F, 0, j))
+        orders[1] += [Op(OpKind.F, 1, j), Op(OpKind.B, 1, j), Op(OpKind.W, 1, j)]
+        orders[0] += [Op(OpKind.B, 0, j), Op(OpKind.W, 0, j)]
+    schedule = make_schedule(problem, simulate(problem, orders), "shuffled")
+    relabelled = fifo_relabel(schedule)
+    assert check(relabelled).ok
+    assert sorted((o.kind, o.stage, o.start) for o in relabelled.ops) == \
+        sorted((o.kind, o.stage, o.start) for o in schedule.ops)
+    f0 = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
+    assert [j for _, j in f0] == [0, 1, 2]

@@ -33,7 +33,7 @@ from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.progress import Progress
 from ppsolve.solvers.cpsat.scaling import Scaling, build_scaling
 from ppsolve.solvers.cpsat.variables import Variables, build_variables
-from ppsolve.solvers.cpsat.warm_start import best_warm_start
+from ppsolve.solvers.cpsat.warm_start import best_warm_start, fifo_relabel
 
 OBJECTIVES = ("makespan", "memory")
 # Runtime tightness (constraints.runtime_tightness) adds about (ops of a device)^2 choices; above this many
@@ -344,6 +344,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     lb = makespan_lower_bound(problem).value
     deadline = t0 + options.time_limit
     warm = best_warm_start(problem, options.warm_start, time_limit=max(1.0, 0.2 * options.time_limit))
+    if warm is not None and options.symmetry:
+        warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking
     use_offload = options.offload and problem.can_offload
 
     def left() -> float:

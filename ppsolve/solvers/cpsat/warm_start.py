@@ -295,3 +295,29 @@ def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = Fals
             raise DeadlockError("greedy warm start is stuck")
         t = min(future)
     return orders
+
+
+def fifo_relabel(schedule: Schedule) -> Schedule:
+    """The same schedule with microbatches renamed to satisfy the model's symmetry breaking.
+
+    Without transfers each (stage, kind)'s slots go to microbatches in start order (the
+    argument in ``constraints.symmetry`` shows this stays valid); with transfers whole
+    microbatches are renamed by the start of their F on stage 0. The result is checked;
+    if it did not pass, the original is returned.
+    """
+    ops = list(schedule.ops)
+    if any(op.kind.is_transfer for op in ops):
+        firsts = sorted((op.start, op.microbatch) for op in ops if op.kind is OpKind.F and op.stage == 0)
+        rename = {j: rank for rank, (_, j) in enumerate(firsts)}
+        new = [op._replace(microbatch=rename[op.microbatch]) for op in ops]
+    else:
+        groups: dict = {}
+        for index, op in enumerate(ops):
+            groups.setdefault((op.stage, op.kind), []).append(index)
+        new = list(ops)
+        for indices in groups.values():
+            indices.sort(key=lambda i: (ops[i].start, ops[i].microbatch))
+            for rank, i in enumerate(indices):
+                new[i] = ops[i]._replace(microbatch=rank)
+    relabelled = Schedule(schedule.problem, schedule.method, tuple(new))
+    return relabelled if acceptable(relabelled) else schedule
