@@ -42,3 +42,32 @@ def test_progress_line_unless_quiet(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "incumbent" in captured.err and "bound" in captured.err
     assert "makespan" in captured.out and "peak memory" in captured.out
+
+
+def test_ctrl_c_writes_best_so_far(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "s.json"
+    # Tight memory with offload: not proven within seconds, so the search is still running.
+    cmd = [sys.executable, "-m", "ppsolve", "solve", str(root / "instances/linear-offload-private-4x8.json"),
+           "-o", str(out), "--time-limit", "60"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:
+            if "incumbent" in line and "incumbent -" not in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout
+    assert "interrupted" in stdout
+    schedule = load_schedule(out)
+    assert check(schedule).ok and schedule.method.extra.get("interrupted") is True

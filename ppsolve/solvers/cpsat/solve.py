@@ -253,6 +253,7 @@ class _Run:
 def _parameters(solver: cp_model.CpSolver, options: SolveOptions, limit: float) -> None:
     params = solver.parameters
     params.random_seed = options.seed
+    params.catch_sigint_signal = False  # Ctrl-C reaches Python, which stops the search (see _search)
     limit = max(0.05, limit)
     if options.threads == 1:
         params.num_workers = 1
@@ -272,7 +273,10 @@ def _search(m: _Model, options: SolveOptions, limit: float, label: str,
     result: dict = {}
 
     def work():
-        result["status"] = solver.solve(m.model, recorder)
+        try:
+            result["status"] = solver.solve(m.model, recorder)
+        except BaseException as exc:  # reported in the main thread
+            result["error"] = exc
 
     thread = threading.Thread(target=work, daemon=True)
     interrupted = False
@@ -284,12 +288,16 @@ def _search(m: _Model, options: SolveOptions, limit: float, label: str,
             interrupted = True
             solver.stop_search()
     recorder.finish()
+    if "error" in result and not interrupted:
+        raise result["error"]
     status = result.get("status", cp_model.UNKNOWN)
     values = list(recorder.history)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
-    bound = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    return _Run(status, values, bound, interrupted, solver.response_proto.deterministic_time)
+    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    bound = solver.best_objective_bound if solved else None
+    det = solver.response_proto.deterministic_time if "status" in result else 0.0
+    return _Run(status, values, bound, interrupted, det)
 
 
 # ----- the entry point -----
@@ -343,7 +351,10 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     scaling = build_scaling(problem)
     lb = makespan_lower_bound(problem).value
     deadline = t0 + options.time_limit
-    warm = best_warm_start(problem, options.warm_start, time_limit=max(1.0, 0.2 * options.time_limit))
+    try:
+        warm = best_warm_start(problem, options.warm_start, time_limit=max(1.0, 0.2 * options.time_limit))
+    except KeyboardInterrupt:
+        raise NoSolutionError("interrupted before any schedule was found") from None
     if warm is not None and options.symmetry:
         warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking
     use_offload = options.offload and problem.can_offload
