@@ -71,3 +71,16 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     assert "interrupted" in stdout
     schedule = load_schedule(out)
     assert check(schedule).ok and schedule.method.extra.get("interrupted") is True
+
+
+def test_no_solution_in_time_exit_4(tmp_path, capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    problem = root / "instances/interleaved-offload-shared-8x16.json"
+    out = tmp_path / "s.json"
+    code = main(["solve", str(problem), "-o", str(out), "--warm-start", "none", "--time-limit", "0.2",
+                 "--threads", "1", "--quiet"])
+    assert code == 4
+    assert "no schedule found within the time limit" in capsys.readouterr().err
+    assert not out.exists()
