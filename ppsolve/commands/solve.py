@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from ppsolve.checker import check
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json:
         print(json.dumps(summary, indent=1))
-        return 0
+        return _done(result)
     peaks = ", ".join(f"{p:g}" for p in schedule.peak_memory)
     caps = ", ".join("-" if c is None else f"{c:g}" for c in schedule.problem.capacity)
     head = "interrupted: best so far" if result.interrupted else result.status
@@ -74,4 +75,14 @@ def run(args: argparse.Namespace) -> int:
           f"bubble {schedule.bubble_ratio:.1%}")
     for note in result.notes:
         print(f"note: {note}")
+    return _done(result)
+
+
+def _done(result) -> int:
+    if result.interrupted:
+        # After a stopped search, OR-Tools 9.15 sometimes aborts while the interpreter shuts down
+        # ("terminate called without an active exception"); the schedule is written, so leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
