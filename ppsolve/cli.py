@@ -16,10 +16,17 @@ from ppsolve import __version__
 from ppsolve.errors import PpsolveError
 
 COMMANDS = [
+    "baseline",
+    "solve",
     "check",
     "bound",
     "schema",
-    "solve",
+    "plot",
+    "export",
+    "bench",
+    "frontier",
+    "run",
+    "profile",
 ]
 
 

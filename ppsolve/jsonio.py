@@ -6,6 +6,7 @@ import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,19 @@ def _reject_constant(name: str) -> float:
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
-    path = Path(path)
+@contextmanager
+def _atomic_target(path: Path):
+    """Yield a temporary file beside ``path``; on success it replaces ``path``, else it is removed.
+
+    The new file gets the permissions an ordinary ``open()`` would give it (0666 less the umask).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield fd
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -53,22 +57,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Binary twin of :func:`write_text_atomic` (images, archives)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    with _atomic_target(Path(path)) as fd, os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Text twin of :func:`write_bytes_atomic` (UTF-8)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

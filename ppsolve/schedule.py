@@ -129,7 +129,8 @@ class Schedule:
         return Schedule(self.problem, method, self.ops)
 
     def to_dict(self) -> dict:
-        ops = sorted(self.ops, key=lambda o: (o.device, o.start, o.kind.is_compute, o.stage, o.microbatch))
+        # Stable: ops that start together (zero-duration ones) keep the order they were made in.
+        ops = sorted(self.ops, key=lambda o: (o.device, o.start, o.kind.is_compute))
         return {"format": SCHEDULE_FORMAT, "problem": self.problem.to_dict(), "method": self.method.to_dict(),
                 "ops": [op.to_dict() for op in ops], "metrics": self.metrics()}
 

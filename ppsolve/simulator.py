@@ -32,6 +32,7 @@ Orders = Sequence[Sequence[Op]]
 Amounts = Mapping[tuple[int, int], float]
 
 _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_KIND_CODE = {_F: 0, _B: 1, _W: 2, _OFF: 3, _REL: 4}
 
 
 def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None) -> list[ScheduledOp]:
@@ -66,64 +67,84 @@ def retime(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledOp]:
 
 
 class _Engine:
-    """Actions as parallel arrays, a dependency graph, and a time-ordered event loop."""
+    """Actions as parallel arrays, a dependency graph, and a time-ordered event loop.
+
+    Ops are identified by an integer key ``(kind * S + stage) * m + microbatch`` so that
+    building the graph does no hashing of Op tuples (the hot path of large plans).
+    """
 
     def __init__(self, problem: Problem, orders: Orders, amounts: Amounts, where: str,
                  devices_from_ops: bool = False):
         self.problem = problem
+        self.plan_anchors = not devices_from_ops  # a plan, not a timed schedule being re-timed
         if len(orders) != problem.devices:
             raise InputError(where, f"must have one action list per device ({problem.devices}), got {len(orders)}")
+        S, M = problem.num_stages, problem.microbatches
+        self.S, self.M = S, M
+        slot = [-1] * (5 * S * M)
+        self.slot = slot
         self.ops: list[Op] = []
         self.device: list[int] = []
         self.position: list[int] = []
-        self.index: dict[Op, int] = {}
+        ops, dev_list, pos_list = self.ops, self.device, self.position
+        placement = problem.placement
+        code = _KIND_CODE
         for device, actions in enumerate(orders):
             for position, op in enumerate(actions):
-                if op in self.index:
+                kind, s, j = op
+                if not (0 <= s < S and 0 <= j < M):
+                    raise InputError(where, f"{op} is out of range")
+                key = (code[kind] * S + s) * M + j
+                if slot[key] >= 0:
                     raise InputError(f"{where}[{device}][{position}]", f"{op} appears twice")
-                if not devices_from_ops and problem.placement[op.stage] != device:
+                if not devices_from_ops and placement[s] != device:
                     raise InputError(f"{where}[{device}][{position}]",
-                                     f"{op} belongs to device {problem.placement[op.stage]}, not {device}")
-                self.index[op] = len(self.ops)
-                self.ops.append(op)
-                self.device.append(device)
-                self.position.append(position)
+                                     f"{op} belongs to device {placement[s]}, not {device}")
+                slot[key] = len(ops)
+                ops.append(op)
+                dev_list.append(device)
+                pos_list.append(position)
         self._check_complete(where)
-        n = len(self.ops)
+        n = len(ops)
         self.amount = [0.0] * n
         self.duration = [0.0] * n
         self.lane = [-1] * n
-        for i, op in enumerate(self.ops):
-            if op.kind in TRANSFER_KINDS:
+        table = {kind: [problem.duration(kind, s) for s in range(S)] for kind in problem.kinds}
+        duration, amount_of, lane = self.duration, self.amount, self.lane
+        for i, op in enumerate(ops):
+            kind = op[0]
+            if kind is _OFF or kind is _REL:
                 amount = amounts.get((op.stage, op.microbatch), problem.max_offload(op.stage))
-                self.amount[i] = amount
-                self.duration[i] = problem.duration(op.kind, op.stage, amount)
-                self.lane[i] = problem.lane(self.device[i], op.kind)
+                amount_of[i] = amount
+                duration[i] = problem.duration(kind, op.stage, amount)
+                lane[i] = problem.lane(dev_list[i], kind)
             else:
-                self.duration[i] = problem.duration(op.kind, op.stage)
+                duration[i] = table[kind][op[1]]
         self.succ: list[list[tuple[int, float]]] = [[] for _ in range(n)]
         self.indeg = [0] * n
         self._add_edges(orders)
 
+    def index_of(self, op: Op) -> int:
+        """Position of ``op`` in the arrays, or -1."""
+        return self.slot[(_KIND_CODE[op.kind] * self.S + op.stage) * self.M + op.microbatch]
+
     def _check_complete(self, where: str) -> None:
-        problem, index = self.problem, self.index
-        expected = problem.num_stages * problem.microbatches * len(problem.kinds)
-        compute = sum(1 for op in index if op.kind not in TRANSFER_KINDS)
-        stages, microbatches = problem.num_stages, problem.microbatches
-        for op in index:
+        problem, slot, S, M = self.problem, self.slot, self.S, self.M
+        expected = S * M * len(problem.kinds)
+        present = [sum(1 for key in range(k * S * M, (k + 1) * S * M) if slot[key] >= 0) for k in range(5)]
+        for op in self.ops:
             kind, s, j = op
-            if not (0 <= s < stages and 0 <= j < microbatches):
-                raise InputError(where, f"{op} is out of range")
             if kind is _W and not problem.split_backward:
                 raise InputError(where, f"{op}: fused backward has no W ops")
-            if kind is _OFF and (_REL, s, j) not in index:
+            if kind is _OFF and slot[(4 * S + s) * M + j] < 0:
                 raise InputError(where, f"{op} has no matching RELOAD")
-            if kind is _REL and (_OFF, s, j) not in index:
+            if kind is _REL and slot[(3 * S + s) * M + j] < 0:
                 raise InputError(where, f"{op} has no matching OFFLOAD")
-            if kind in TRANSFER_KINDS and problem.offload is None:
+            if (kind is _OFF or kind is _REL) and problem.offload is None:
                 raise InputError(where, f"{op}: the problem has no offload link")
+        compute = present[0] + present[1] + present[2]
         if compute != expected:
-            missing = next(op for op in problem.compute_ops() if op not in index)
+            missing = next(op for op in problem.compute_ops() if self.index_of(op) < 0)
             raise InputError(where, f"{expected - compute} compute ops are missing, first {missing}")
 
     def _edge(self, u: int, v: int, lag: float = 0.0) -> None:
@@ -131,46 +152,64 @@ class _Engine:
         self.indeg[v] += 1
 
     def _add_edges(self, orders: Orders) -> None:
-        problem, index = self.problem, self.index
-        last = problem.num_stages - 1
+        problem, slot, S, M = self.problem, self.slot, self.S, self.M
+        succ, indeg, ops = self.succ, self.indeg, self.ops
+        last = S - 1
+        # A compute op follows the compute op before it in its list; a transfer is issued
+        # after it too. In a plan, a transfer skips zero-duration compute ops when looking
+        # for that op: such an op starts when it ends, and the runtime, which puts a
+        # transfer before a compute op of the same start, would issue the transfer earlier.
+        duration, skip_instant = self.duration, self.plan_anchors
+        i = 0
         for actions in orders:
-            prev_compute = None
+            prev_compute = prev_anchor = -1
             for op in actions:
-                i = index[op]
-                if op.kind in TRANSFER_KINDS:
-                    if prev_compute is not None:
-                        self._edge(prev_compute, i)
-                    continue
-                if prev_compute is not None:
-                    self._edge(prev_compute, i)
-                prev_compute = i
-        # Plain tuples hash and compare equal to Op and are cheaper to build.
+                kind = op[0]
+                is_transfer = kind is _OFF or kind is _REL
+                before = prev_anchor if (is_transfer and skip_instant) else prev_compute
+                if before >= 0:
+                    succ[before].append((i, 0.0))
+                    indeg[i] += 1
+                if not is_transfer:
+                    prev_compute = i
+                    if duration[i] > 0:
+                        prev_anchor = i
+                i += 1
         lat = [problem.latency(s, s + 1) for s in range(last)]
-        edge = self._edge
-        for (kind, s, j), i in index.items():
+        f_base, b_base, off_base, rel_base = 0, S * M, 3 * S * M, 4 * S * M
+        for i, (kind, s, j) in enumerate(ops):
             if kind is _F:
                 if s > 0:
-                    edge(index[(_F, s - 1, j)], i, lat[s - 1])
+                    u = slot[f_base + (s - 1) * M + j]
+                    succ[u].append((i, lat[s - 1]))
+                    indeg[i] += 1
             elif kind is _B:
                 if s == last:
-                    edge(index[(_F, s, j)], i)
+                    u = slot[f_base + s * M + j]
+                    succ[u].append((i, 0.0))
                 else:
-                    edge(index[(_B, s + 1, j)], i, lat[s])
-                reload = index.get((_REL, s, j))
-                if reload is not None:
-                    edge(reload, i)
+                    u = slot[b_base + (s + 1) * M + j]
+                    succ[u].append((i, lat[s]))
+                indeg[i] += 1
+                reload = slot[rel_base + s * M + j]
+                if reload >= 0:
+                    succ[reload].append((i, 0.0))
+                    indeg[i] += 1
             elif kind is _W:
-                edge(index[(_B, s, j)], i)
+                succ[slot[b_base + s * M + j]].append((i, 0.0))
+                indeg[i] += 1
             elif kind is _OFF:
-                edge(index[(_F, s, j)], i)
+                succ[slot[f_base + s * M + j]].append((i, 0.0))
+                indeg[i] += 1
             else:
-                edge(index[(_OFF, s, j)], i)
+                succ[slot[off_base + s * M + j]].append((i, 0.0))
+                indeg[i] += 1
 
     def fix_lane_orders(self, lane_orders: Mapping[int, Sequence[Op]]) -> None:
         """Make each lane serve its transfers in the given order."""
         for ops in lane_orders.values():
             for before, after in zip(ops, ops[1:]):
-                self._edge(self.index[before], self.index[after])
+                self._edge(self.index_of(before), self.index_of(after))
 
     def run(self, dynamic_lanes: bool, avoid_compute_interior: bool) -> list[ScheduledOp]:
         n = len(self.ops)
@@ -183,21 +222,22 @@ class _Engine:
         heap: list[tuple] = []
         lane_free: dict[int, float] = {}
         running = [(0.0, 0.0)] * self.problem.devices  # last compute op started on each device
+        heappush, heappop = heapq.heappush, heapq.heappop
         for i in range(n):
             if indeg[i] == 0:
                 heapq.heappush(heap, (0.0, lane[i] < 0, 0.0, device[i], position[i], i))
         while heap:
-            t, is_compute, first_ready, dev, pos, i = heapq.heappop(heap)
+            t, is_compute, first_ready, dev, pos, i = heappop(heap)
             if not is_compute:
                 if dynamic_lanes:
                     free = lane_free.get(lane[i], 0.0)
                     if free > t:
-                        heapq.heappush(heap, (free, False, first_ready, dev, pos, i))
+                        heappush(heap, (free, False, first_ready, dev, pos, i))
                         continue
                 if avoid_compute_interior:
                     run_start, run_end = running[dev]
                     if run_start < t < run_end:
-                        heapq.heappush(heap, (run_end, False, first_ready, dev, pos, i))
+                        heappush(heap, (run_end, False, first_ready, dev, pos, i))
                         continue
                 lane_free[lane[i]] = t + duration[i]
             else:
@@ -210,10 +250,11 @@ class _Engine:
                     ready[v] = finish + lag
                 indeg[v] -= 1
                 if indeg[v] == 0:
-                    heapq.heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
+                    heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
         if done < n:
             raise DeadlockError(self._deadlock_message(indeg))
-        return [ScheduledOp(op.kind, op.stage, op.microbatch, device[i], start[i], end[i], self.amount[i])
+        new, amount = tuple.__new__, self.amount
+        return [new(ScheduledOp, (op[0], op[1], op[2], device[i], start[i], end[i], amount[i]))
                 for i, op in enumerate(ops)]
 
     def _deadlock_message(self, indeg: list[int]) -> str:

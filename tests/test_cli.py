@@ -95,3 +95,30 @@ def test_saved_schedule_round_trips(tmp_path):
 def test_bound_runs_on_every_instance(path, capsys):
     assert main(["bound", str(path)]) == 0
     assert "makespan >=" in capsys.readouterr().out
+
+
+def test_atomic_write_leaves_no_partial_file_and_keeps_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    from ppsolve.jsonio import write_text_atomic
+
+    target = tmp_path / "out.json"
+    write_text_atomic(target, "old")
+
+    class Boom(Exception):
+        pass
+
+    import ppsolve.jsonio as jsonio
+    original = jsonio.os.fsync
+    jsonio.os.fsync = lambda fd: (_ for _ in ()).throw(Boom())
+    try:
+        with pytest.raises(Boom):
+            write_text_atomic(target, "new")
+    finally:
+        jsonio.os.fsync = original
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask

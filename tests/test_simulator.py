@@ -67,3 +67,19 @@ def test_transfer_waits_out_the_compute_op_it_would_start_inside():
     assert by[OFFLOAD(0, 0)].end == 3.5
     assert by[OFFLOAD(0, 1)].start == 5
     assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_transfer_after_zero_duration_ops_retimes_to_itself():
+    # Found by hypothesis: B and W last 0, so an offload planned after W(1,2) would start at
+    # W's instant; the runtime puts a transfer before a compute op of the same start and
+    # issues it after the previous op instead. The plan must already time it that way.
+    import random
+
+    from tests.test_properties import random_orders
+    problem = make_problem(devices=3, microbatches=3, placement=[0, 0, 1], time_forward=1,
+                           time_backward_input=0, time_backward_weight=0,
+                           offload={"fraction": 0.5, "bandwidth": {"d2h": 0.5, "h2d": 1},
+                                    "links": [[0], [1], [2]], "duplex": False})
+    orders, amounts = random_orders(problem, random.Random(0), offload=True)
+    ops = simulate(problem, orders, amounts)
+    assert sorted(retime(problem, ops)) == sorted(ops)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates BENCHMARKS.md, its plots, the two frontier images and the README's Gantt chart.
+# Run from the repository root; PYTHON defaults to python. Takes about (problems x solver methods x 20 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python}"
+$PY benchmarks/make_suite.py
+$PY -m ppsolve bench instances --methods all --time-limit 20 --out docs/bench
+$PY -m ppsolve frontier instances/suite/lin-d4-m16-split-cap1_3-k1.json --time-limit 20 -o docs/images/frontier-lin-d4-m16-k1.png
+$PY -m ppsolve frontier instances/suite/vsh2-d4-m16-split-uneven-cap1_2.json --time-limit 20 -o docs/images/frontier-vsh2-d4-m16-uneven.png
+$PY -m ppsolve bench instances/suite/vsh2-d8-m16-split-cap1.json --methods zb-v --save-schedules --no-plots --quiet --out docs/example
+$PY -m ppsolve plot docs/example/schedules/vsh2-d8-m16-split-cap1/zb-v.json -o docs/images/gantt-zb-v-d8-m16.png
+$PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --out BENCHMARKS.md

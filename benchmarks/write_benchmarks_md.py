@@ -1,0 +1,170 @@
+"""Assemble BENCHMARKS.md from the outputs of ``ppsolve bench`` and ``ppsolve frontier``.
+
+    python benchmarks/write_benchmarks_md.py --results docs/bench/results.csv \
+        --frontier docs/frontier-a.png --frontier docs/frontier-b.png --out BENCHMARKS.md
+
+It writes nothing it did not read: the tables come from results.csv, the frontier
+figures from the CSV beside each image, and the commands from
+benchmarks/regenerate.sh, which is what produced them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppsolve import __version__  # noqa: E402
+from ppsolve.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
+from ppsolve.jsonio import write_text_atomic  # noqa: E402
+from ppsolve.methods import all_methods  # noqa: E402
+from ppsolve.problem import load_problem  # noqa: E402
+
+REGENERATE = ROOT / "benchmarks" / "regenerate.sh"
+
+
+def _rel(path: Path, base: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+
+
+def commands() -> str:
+    lines = [line for line in REGENERATE.read_text().splitlines()
+             if line.strip() and not line.startswith(("#", "set ")) and "cd " not in line]
+    return "\n".join(lines)
+
+
+def environment() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"ppsolve {__version__} (commit {commit}), Python {platform.python_version()}, "
+            f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU(s); generated {now}.")
+
+
+def methods_table() -> str:
+    lines = ["| method | family | what it is | applies to |", "|---|---|---|---|"]
+    for m in all_methods():
+        lines.append(f"| {m.name} | {m.family} | {m.description} | {m.requirements} |")
+    return "\n".join(lines) + "\n"
+
+
+def problems_table(labels: list[str], instances: Path) -> str:
+    lines = ["| problem | d | m | v | placement | backward | capacity | offload |", "|---|---|---|---|---|---|---|---|"]
+    for label in labels:
+        path = instances / f"{label}.json"
+        if not path.exists():
+            lines.append(f"| {label} | | | | | | | |")
+            continue
+        p = load_problem(path)
+        caps = sorted({c for c in p.capacity}, key=lambda c: (c is None, c or 0))
+        cap = ", ".join("unbounded" if c is None else f"{c:g}" for c in caps)
+        if p.offload is None:
+            off = "-"
+        else:
+            k = p.annotations.get("x-suite", {}).get("k")
+            shared = any(len(link) > 1 for link in p.offload.links)
+            off = (f"k={k:g}" if k is not None else f"d2h {p.offload.d2h:g}, h2d {p.offload.h2d:g}") + \
+                (", shared links" if shared else "") + ("" if p.offload.duplex else ", half duplex")
+        lines.append(f"| {label} | {p.devices} | {p.microbatches} | {p.chunks} | {p.placement_name} "
+                     f"| {p.backward_mode} | {cap} | {off} |")
+    return "\n".join(lines) + "\n"
+
+
+def frontier_section(image: Path, base: Path) -> str:
+    out = [f"![memory/time frontier]({_rel(image, base)})", ""]
+    table = image.with_suffix(".csv")
+    if not table.exists():
+        return "\n".join(out) + "\n"
+    with open(table, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    curves = [c for c in ("offload", "no-offload") if any(r["curve"] == c for r in rows)]
+    caps = list(dict.fromkeys(r["capacity"] for r in rows if r["curve"] in curves))
+    caps.sort(key=lambda c: float("inf") if c == "unbounded" else float(c))
+    head = ["capacity"] + [f"makespan {'with' if c == 'offload' else 'without'} offload" for c in curves]
+    out += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for cap in caps:
+        cells = [cap]
+        for curve in curves:
+            hit = [r for r in rows if r["curve"] == curve and r["capacity"] == cap]
+            if not hit:
+                cells.append("")
+            elif hit[0]["best_makespan"]:
+                mark = " (optimal)" if hit[0]["status"] == "optimal" and hit[0]["makespan"] == hit[0]["best_makespan"] \
+                    else ""
+                cells.append(hit[0]["best_makespan"] + mark)
+            else:
+                cells.append(hit[0]["status"])
+        out.append("| " + " | ".join(cells) + " |")
+    base_rows = [r for r in rows if r["curve"] == "baseline" and r["makespan"]]
+    if base_rows:
+        out += ["", "Baselines (unbounded memory, their own peak): " + ", ".join(
+            f"{r['method']} {r['makespan']} at peak {r['peak_memory']}" for r in base_rows) + "."]
+    return "\n".join(out) + "\n"
+
+
+def build(results: Path, frontiers: list[Path], out: Path, instances: Path) -> str:
+    rows = read_csv(results)
+    base = out.parent
+    labels = list(dict.fromkeys(r.problem for r in rows))
+    parts = [
+        "# ppsolve benchmarks",
+        "",
+        "Generated by the tool; do not edit by hand. To regenerate (from the repository root):",
+        "",
+        "```sh",
+        commands(),
+        "```",
+        "",
+        environment(),
+        "",
+        "Each method ran on each problem with the time limit above; every schedule was checked with "
+        "`ppsolve check`'s checker (valid = complete, obeys every rule, and re-times to itself within capacity). "
+        "`makespan/bound` divides by the best lower bound known for the problem: the analytic bound of "
+        "`ppsolve bound` or a tighter one a solver proved.",
+        "",
+        "## Methods",
+        "",
+        methods_table(),
+        "## Summary",
+        "",
+        summary_markdown(rows),
+        f"![makespan over bound per method and problem]({_rel(results.parent / 'ratio.png', base)})",
+        "",
+        f"![peak memory against makespan]({_rel(results.parent / 'memory_vs_makespan.png', base)})",
+        "",
+    ]
+    if frontiers:
+        parts += ["## Memory/time frontiers", ""]
+        for image in frontiers:
+            parts += [f"### {image.stem}", "", frontier_section(image, base)]
+    parts += ["## All runs", "", markdown_table(rows), "## Problems", "", problems_table(labels, instances)]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write BENCHMARKS.md from bench and frontier outputs.")
+    parser.add_argument("--results", default="docs/bench/results.csv")
+    parser.add_argument("--frontier", action="append", default=[], help="a frontier image (its CSV beside it)")
+    parser.add_argument("--instances", default="instances", help="the directory that was benchmarked")
+    parser.add_argument("--out", default="BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    text = build(Path(args.results), [Path(f) for f in args.frontier], out, Path(args.instances))
+    write_text_atomic(out, text)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

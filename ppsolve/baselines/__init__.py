@@ -1,0 +1,52 @@
+"""Every published pipeline schedule as a baseline, registered in :mod:`ppsolve.methods`.
+
+One module per family; this package registers each method (family
+"baseline") with its requirements, so the CLI, the benchmark and the tests
+all read one list.
+"""
+
+from __future__ import annotations
+
+from ppsolve.baselines import greedy, interleaved, offload, onef1b, vshape, zero_bubble
+from ppsolve.baselines.common import Requirement, without_gc
+from ppsolve.methods import Method, register
+
+_ANY = Requirement()
+
+
+def _method(name: str, build, requirement: Requirement, description: str, why_not=None,
+            requirements: str | None = None) -> Method:
+    return register(Method(name=name, family="baseline", description=description,
+                           requirements=requirements or requirement.text(),
+                           why_not=why_not or requirement.why_not, build=without_gc(build)))
+
+
+_method("gpipe", onef1b.build_gpipe, onef1b.LINEAR,
+        "all forwards, then all backwards (W right after its B); holds every microbatch")
+_method("1f1b", onef1b.build_1f1b, onef1b.LINEAR,
+        "warm-up d-1-i forwards, then one forward one backward; d-i activations on device i")
+_method("interleaved-1f1b", interleaved.build_interleaved, interleaved.INTERLEAVED,
+        "Megatron's virtual-pipeline 1F1B, microbatch groups of d, any m and v")
+_method("zb-h1", zero_bubble.build_zb_h1, zero_bubble.LINEAR_SPLIT,
+        "zero-bubble H1: 1F1B's memory, W fills idle time; bubble (d-1)(F+B-W)")
+_method("zb-h2", zero_bubble.build_zb_h2, zero_bubble.LINEAR_SPLIT,
+        "zero-bubble H2: 2(d-i)-1 activations on device i, no warm-up bubble")
+_method("zb-v", vshape.build_zb_v, vshape.VSHAPE_SPLIT,
+        "zero-bubble V: 1F1B's memory (d microbatches per device) on the V-shape")
+_method("v-half", vshape.build_v_half, vshape.VSHAPE_SPLIT,
+        "V-Half: (d+2)//2 microbatches per device, about half of 1F1B's memory")
+_method("v-min", vshape.build_v_min, vshape.VSHAPE_SPLIT,
+        "V-Min: (d+4)//3 microbatches per device, about a third of 1F1B's memory")
+_method("dualpipe-v", vshape.build_dualpipe_v, vshape.VSHAPE,
+        "DeepSeek's DualPipeV order run without F&B overlap (m >= 2d)",
+        why_not=vshape.dualpipe_v_why_not, requirements="vshape (v=2), split or fused backward, m >= 2d")
+_method("gis", offload.build_gis, offload.INTERLEAVED_SPLIT,
+        "PipeOffload's grouped interleaving: interleaved, split backward, shorter warm-up")
+_method("gis-h", offload.build_gis_h, offload.INTERLEAVED_SPLIT,
+        "GIS with microbatch groups of ceil(d/2): fewer activations in flight")
+_method("po-h", offload.build_po_h, offload.INTERLEAVED_SPLIT_OFFLOAD,
+        "PipeOffload half: GIS-H, the first half of each device's chunks offloaded to host")
+_method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
+        "PipeOffload full: GIS, every chunk offloaded to host (but the last stage)")
+_method("greedy", greedy.build_greedy, _ANY,
+        "list scheduler within the memory cap, offloading long waits (solver warm start, fallback)")

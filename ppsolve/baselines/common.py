@@ -1,0 +1,120 @@
+"""What every baseline shares: applicability checks, the capacity rule and wrapping a plan.
+
+A baseline builds per-device orders (and offload amounts); :func:`finish` times
+them with the simulator, applies the capacity rule and wraps the result, so
+every baseline output re-times to itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ppsolve.bounds import makespan_lower_bound
+from ppsolve.errors import InfeasibleError
+from ppsolve.memory import peak_memory
+from ppsolve.methods import RunOptions
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, make_schedule
+from ppsolve.simulator import simulate
+
+Orders = list[list[Op]]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a method needs of a problem: placements, backward modes, an offload link."""
+
+    placements: tuple[str, ...] = ()  # empty: any placement
+    backward: tuple[str, ...] = ("split", "fused")
+    offload: bool = False
+    min_chunks: int = 1
+
+    def text(self) -> str:
+        where = "any placement" if not self.placements else "/".join(self.placements)
+        how = " or ".join(self.backward)
+        out = f"{where}, {how} backward"
+        if self.offload:
+            out += ", offload link"
+        return out
+
+    def why_not(self, problem: Problem) -> str | None:
+        if self.placements and problem.placement_name not in self.placements:
+            return (f"needs {' or '.join(self.placements)} placement, the problem's is "
+                    f"{problem.placement_name} (v = {problem.chunks})")
+        if problem.backward_mode not in self.backward:
+            return f"needs {' or '.join(self.backward)} backward, the problem's is {problem.backward_mode}"
+        if problem.chunks < self.min_chunks:
+            return f"needs at least {self.min_chunks} chunks per device, the problem has {problem.chunks}"
+        if self.offload and not problem.can_offload:
+            return "needs an offload link (problem.offload with a fraction > 0), the problem has none"
+        return None
+
+
+def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options: RunOptions, started: float,
+           amounts: Mapping[tuple[int, int], float] | None = None, params: dict | None = None,
+           ops: list | None = None) -> Schedule:
+    """Time the orders, apply the capacity rule and wrap the schedule.
+
+    ``ops``: the simulator's timing of these orders when the caller has it already.
+    A schedule whose peak exceeds a device's capacity is refused with
+    InfeasibleError ("NAME needs X on device D, capacity is C") unless
+    ``options.ignore_capacity``, which records ``capacity_broken: true``.
+    """
+    if ops is None:
+        ops = simulate(problem, orders, amounts)
+    bounded = any(cap is not None for cap in problem.capacity)
+    peaks = peak_memory(problem, ops) if bounded else []
+    over = [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
+            if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
+    extra = {}
+    if over:
+        if not options.ignore_capacity:
+            d, need, cap = max(over, key=lambda o: o[1] - o[2])
+            raise InfeasibleError(f"{name} needs {memory_text(need)} on device {d}, capacity is {memory_text(cap)} "
+                                  "(--ignore-capacity builds it anyway)")
+        extra["capacity_broken"] = True
+        extra["capacity_broken_on"] = [d for d, _, _ in over]
+    return make_schedule(problem, ops, name, params=params or {}, status="heuristic",
+                         lower_bound=makespan_lower_bound(problem).value,
+                         seconds=time.perf_counter() - started, **extra)
+
+
+def memory_text(x: float) -> str:
+    """A memory figure with one decimal ("14.0"), or every digit it needs ("3.25")."""
+    return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"
+
+
+def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
+    """Insert W(s,j) right after each B(s,j) when the backward is split."""
+    if not problem.split_backward:
+        return order
+    out: list[Op] = []
+    for op in order:
+        out.append(op)
+        if op.kind is OpKind.B:
+            out.append(Op(OpKind.W, op.stage, op.microbatch))
+    return out
+
+
+
+def without_gc(build):
+    """Run a builder with the cyclic garbage collector paused.
+
+    Building and timing a large plan allocates hundreds of thousands of small
+    tuples and no cycles; the collector's passes over them cost a third of the time.
+    """
+    @functools.wraps(build)
+    def wrapper(problem: Problem, options: RunOptions) -> Schedule:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return build(problem, options)
+        finally:
+            if enabled:
+                gc.enable()
+    return wrapper

@@ -1,0 +1,301 @@
+"""A memory-aware list scheduler: the engine behind ZB-H1/H2, ZB-V, V-Half, V-Min and greedy.
+
+Time advances event by event; whenever a device is idle it runs, among its ready
+ops, the most urgent one:
+
+1. a B (oldest microbatch first, later stage first): it frees memory and feeds
+   the device before it;
+2. a forward of a microbatch the device already holds (a later chunk): it was
+   reserved when the microbatch was admitted;
+3. a forward that admits a new microbatch (oldest first), only if its whole
+   chain of activations on this device fits under the device's limit together
+   with everything held and reserved; this reservation keeps every admitted
+   microbatch able to finish, so the scheduler cannot deadlock once a limit
+   holds one microbatch (a ``lean`` policy relaxes this and may get stuck:
+   :class:`DeadlockError`, and the caller falls back);
+4. a W, filling time that would otherwise be idle (and freeing what B kept).
+
+In ``unit`` mode it times every F, B, W as 1 (fused B as 2), p2p as 0 and
+counts activations as 1 per stage: this gives the order a published schedule
+defines on uniform costs, which the simulator then times on the real costs.
+In real mode it may offload the activations of chosen stages right after
+their F and reload them before their B (see :class:`ListPolicy`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from ppsolve.errors import DeadlockError
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem
+
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_EPS = 1e-9
+
+# event codes, in the order events of one instant are handled
+_DONE, _XDONE, _READY, _XREADY, _RELREQ = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class ListPolicy:
+    """How the list scheduler runs.
+
+    ``limit[d]``: memory device d keeps within (None: unbounded), in unit counts
+    (one per stage activation) in unit mode, else in the problem's memory unit.
+    ``offload``: stages whose activations move to host (real mode only), the
+    amount being ``offload_share`` of the most allowed.
+    ``forward_first``: a held microbatch's next forward goes before a ready B
+    (rule 2 before rule 1), which pushes microbatches deeper into the pipeline.
+    ``lean``: reserve room for one later forward instead of all the held
+    microbatches' later forwards, which then wait for memory; more microbatches
+    fit in flight (offloads free memory while they wait), but the scheduler may
+    get stuck, so callers keep the safe policy as a fallback.
+    """
+
+    limit: tuple[float | None, ...]
+    unit: bool = False
+    offload: frozenset[int] = field(default_factory=frozenset)
+    offload_share: float = 1.0
+    forward_first: bool = False
+    lean: bool = False
+
+
+def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float]]:
+    """Per-device action lists (and offload amounts) chosen by the list scheduler."""
+    return _ListScheduler(problem, policy).run()
+
+
+class _ListScheduler:
+    def __init__(self, problem: Problem, policy: ListPolicy):
+        self.p = problem
+        self.policy = policy
+        S, D = problem.num_stages, problem.devices
+        unit = policy.unit
+        self.S, self.D, self.m = S, D, problem.microbatches
+        self.dev = list(problem.placement)
+        if unit:
+            self.dur = {_F: [1.0] * S, _B: [1.0 if problem.split_backward else 2.0] * S, _W: [1.0] * S}
+            self.lat = [0.0] * S
+            self.act = [1.0] * S
+            self.hold = [(problem.weight_hold[s] / problem.activation[s]) if problem.activation[s] > 0 else 0.0
+                         for s in range(S)] if problem.split_backward else [0.0] * S
+        else:
+            self.dur = {k: [problem.duration(k, s) for s in range(S)] for k in (_F, _B, _W)}
+            self.lat = [problem.latency(s, s + 1) if s + 1 < S else 0.0 for s in range(S)]
+            self.act = list(problem.activation)
+            self.hold = list(problem.weight_hold) if problem.split_backward else [0.0] * S
+        self.split = problem.split_backward
+        self.first = [min(st) for st in problem.stages_of_device]
+        self.rest = [sum(self.act[s] for s in st) - self.act[min(st)] for st in problem.stages_of_device]
+        self.limit = list(policy.limit)
+        # offload: amounts and which B start triggers the reload
+        self.amount = [0.0] * S
+        self.trigger: dict[int, list[int]] = {}
+        if not unit and problem.can_offload:
+            for s in policy.offload:
+                if s == S - 1 or problem.max_offload(s) <= 0:
+                    continue
+                self.amount[s] = problem.max_offload(s) * policy.offload_share
+                back = problem.duration(_REL, s, self.amount[s])
+                t, lead = s + 1, 0.0
+                while True:
+                    lead += self.dur[_B][t] + self.lat[t - 1]
+                    if lead >= back or t == S - 1:
+                        break
+                    t += 1
+                self.trigger.setdefault(t, []).append(s)
+        # what admitting one more microbatch needs on each device: its whole chain, less what
+        # the offloads of its earlier stages move out before its later forwards start
+        self.need = []
+        for st in problem.stages_of_device:
+            held = worst = 0.0
+            for s in st:
+                worst = max(worst, held + self.act[s])
+                held += self.act[s] - self.amount[s]
+            self.need.append(worst)
+
+    def run(self):
+        p, S, D, m = self.p, self.S, self.D, self.m
+        dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
+        need = self.need
+        limit, amount, split = self.limit, self.amount, self.split
+        forward_first, lean = self.policy.forward_first, self.policy.lean
+        new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
+        lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) for st in p.stages_of_device]
+        orders: list[list[Op]] = [[] for _ in range(D)]
+        rb = [[] for _ in range(D)]   # ready B: (j, -s)
+        rfc = [[] for _ in range(D)]  # ready continuation F: (j, s)
+        rfa = [[] for _ in range(D)]  # ready admission F: (j, s)
+        rw = [deque() for _ in range(D)]
+        level = [0.0] * D
+        committed = [0.0] * D
+        busy = [0.0] * D              # end of the compute op running (or last run)
+        run_start = [0.0] * D
+        idle = [True] * D
+        events: list[tuple] = []
+        seq = 0
+        # offload state
+        off_done: dict[tuple[int, int], float] = {}
+        reload_wait = [deque() for _ in range(D)]   # accepted-later reload requests
+        b_need: dict[tuple[int, int], int] = {}     # B waiting for its reload
+        lane_free: dict[int, float] = {}
+        # memory freed by an offload counts for admissions only after the device's next compute op
+        # ends: an order cannot make a forward wait for a transfer
+        unusable = [0.0] * D
+        on_host = [0] * D
+        reserve = [max((amount[s] for s in st), default=0.0) for st in p.stages_of_device]
+        want_reload: set[tuple[int, int]] = set()
+        offloading = bool(self.trigger)
+        amounts: dict[tuple[int, int], float] = {}
+        remaining = S * m * (3 if split else 2)
+        now = 0.0
+        touched: set[int] = set()
+
+        def push(t, code, a, b, c):
+            nonlocal seq
+            seq += 1
+            heapq.heappush(events, (t, code, seq, a, b, c))
+
+        def make_ready(kind, s, j, t):
+            if t > now + _EPS:
+                push(t, _READY, kind, s, j)
+                return
+            d = dev[s]
+            if kind is _B:
+                if offloading and (s, j) in b_need:
+                    b_need[(s, j)] -= 1
+                    if b_need[(s, j)] > 0:
+                        return
+                heapq.heappush(rb[d], (j, -s))
+            elif kind is _F:
+                heapq.heappush(rfa[d] if s == first[d] else rfc[d], (j, s))
+            else:
+                rw[d].append((s, j))
+            touched.add(d)
+
+        for j in range(m):
+            make_ready(_F, 0, j, 0.0)
+
+        def try_reload(d, t):
+            """Accept waiting reload requests of device d that fit in memory."""
+            q = reload_wait[d]
+            while q:
+                s, j = q[0]
+                if limit[d] is not None and level[d] + amount[s] > limit[d] + _EPS:
+                    return
+                q.popleft()
+                level[d] += amount[s]
+                orders[d].append(Op(_REL, s, j))
+                start = max(t, busy[d], off_done[(s, j)])
+                push(start, _XREADY, _REL, s, j)
+
+        def dispatch(d, t):
+            cont = rfc[d] and (not lean or limit[d] is None
+                               or level[d] + unusable[d] + act[rfc[d][0][1]] <= limit[d] + _EPS)
+            if rb[d] and not (forward_first and cont):
+                j, ns = heapq.heappop(rb[d])
+                s, kind = -ns, _B
+            elif cont:
+                j, s = heapq.heappop(rfc[d])
+                kind = _F
+                committed[d] -= act[s]
+                level[d] += act[s]
+            elif rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
+                             + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0) <= limit[d] + _EPS):
+                j, s = heapq.heappop(rfa[d])
+                kind = _F
+                level[d] += act[s]
+                committed[d] += rest[d]
+            elif rw[d]:
+                s, j = rw[d].popleft()
+                kind = _W
+            else:
+                return
+            orders[d].append(new_op(Op, (kind, s, j)))
+            end = t + dur[kind][s]
+            run_start[d], busy[d], idle[d] = t, end, False
+            push(end, _DONE, kind, s, j)
+            if kind is _B and offloading and s in self.trigger:
+                for low in self.trigger[s]:
+                    if amount[low] <= 0:
+                        continue
+                    if (low, j) not in off_done:
+                        want_reload.add((low, j))
+                        continue
+                    ahead = sum(dur[_B][u] + lat[u - 1] for u in range(low + 1, s + 1))
+                    target = t + ahead - p.duration(_REL, low, amount[low])
+                    push(max(t, target), _RELREQ, _REL, low, j)
+
+        while events or touched:
+            if touched:
+                for d in sorted(touched):
+                    if idle[d]:
+                        dispatch(d, now)
+                touched.clear()
+                continue
+            now = events[0][0]
+            while events and events[0][0] <= now + _EPS:
+                t, code, _, kind, s, j = heapq.heappop(events)
+                d = dev[s]
+                if code == _DONE:
+                    remaining -= 1
+                    idle[d] = True
+                    touched.add(d)
+                    unusable[d] = 0.0
+                    if kind is _F:
+                        if s == S - 1:
+                            make_ready(_B, s, j, t)
+                        else:
+                            make_ready(_F, s + 1, j, t + lat[s])
+                        if amount[s] > 0:
+                            orders[d].append(Op(_OFF, s, j))
+                            amounts[(s, j)] = amount[s]
+                            b_need[(s, j)] = 2
+                            push(t, _XREADY, _OFF, s, j)
+                    elif kind is _B:
+                        level[d] -= act[s] - hold[s]
+                        if split:
+                            make_ready(_W, s, j, t)
+                        if s > 0:
+                            make_ready(_B, s - 1, j, t + lat[s - 1])
+                        if reload_wait[d]:
+                            try_reload(d, t)
+                    else:
+                        level[d] -= hold[s]
+                        if reload_wait[d]:
+                            try_reload(d, t)
+                elif code == _READY:
+                    make_ready(kind, s, j, t)
+                elif code == _XREADY:
+                    ln = p.lane(d, kind)
+                    free = lane_free.get(ln, 0.0)
+                    if free > t + _EPS:
+                        push(free, _XREADY, kind, s, j)
+                    elif run_start[d] < t - _EPS and t < busy[d] - _EPS:
+                        push(busy[d], _XREADY, kind, s, j)
+                    else:
+                        end = t + p.duration(kind, s, amount[s])
+                        lane_free[ln] = end
+                        push(end, _XDONE, kind, s, j)
+                elif code == _XDONE:
+                    if kind is _OFF:
+                        off_done[(s, j)] = t
+                        level[d] -= amount[s]
+                        unusable[d] += amount[s]
+                        on_host[d] += 1
+                        if (s, j) in want_reload:
+                            want_reload.discard((s, j))
+                            push(t, _RELREQ, _REL, s, j)
+                        try_reload(d, t)
+                    else:
+                        on_host[d] -= 1
+                        make_ready(_B, s, j, t)
+                elif code == _RELREQ:
+                    reload_wait[d].append((s, j))
+                    try_reload(d, t)
+        if remaining:
+            raise DeadlockError(f"list scheduler stuck with {remaining} ops left (memory limit too tight)")
+        return orders, amounts

@@ -1,0 +1,34 @@
+"""The best of every applicable baseline: a warm start for the solvers.
+
+:func:`best_baseline` runs each registered baseline that applies to a problem,
+skips those that refuse (not applicable, or over the memory cap), and returns
+the schedule with the least makespan (ties: the lower highest peak memory).
+"""
+
+from __future__ import annotations
+
+from ppsolve.errors import PpsolveError
+from ppsolve.methods import RunOptions, all_methods
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
+
+
+def best_baseline(problem: Problem, options: RunOptions | None = None,
+                  names: list[str] | None = None) -> Schedule | None:
+    """The fastest schedule any applicable baseline builds within the caps, or None."""
+    options = RunOptions(ignore_capacity=False) if options is None else options
+    best: Schedule | None = None
+    for method in all_methods("baseline"):
+        if names is not None and method.name not in names:
+            continue
+        if method.why_not(problem) is not None:
+            continue
+        try:
+            schedule = method.build(problem, options)
+        except PpsolveError:
+            continue
+        if schedule.method.extra.get("capacity_broken"):
+            continue
+        if best is None or (schedule.makespan, max(schedule.peak_memory)) < (best.makespan, max(best.peak_memory)):
+            best = schedule
+    return best

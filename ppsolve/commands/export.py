@@ -1,0 +1,37 @@
+"""``ppsolve export SCHEDULE.json --to FORMAT -o OUT``: a schedule in another tool's format."""
+
+from __future__ import annotations
+
+import argparse
+
+from ppsolve.export import EXPORTERS, get_exporter
+from ppsolve.schedule import load_schedule
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    formats = "; ".join(f"{e.name}: {e.description}" for e in EXPORTERS.values())
+    parser = subparsers.add_parser("export", help="write a schedule in another tool's format",
+                                   description=f"Formats: {formats}.")
+    parser.add_argument("schedule", help="schedule file (ppsolve/schedule@1)")
+    parser.add_argument("--to", required=True, metavar="FORMAT", help=f"one of: {', '.join(EXPORTERS)}")
+    parser.add_argument("-o", "--output", required=True, help="file to write")
+    parser.add_argument("--unit-us", type=float, default=None,
+                        help="chrome-trace: microseconds per time unit of the problem (default 1000: times are ms)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ppsolve.errors import InputError
+
+    exporter = get_exporter(args.to)
+    options = {}
+    if args.unit_us is not None:
+        if exporter.name != "chrome-trace":
+            raise InputError("--unit-us", f"only applies to --to chrome-trace, not {exporter.name}")
+        if not args.unit_us > 0:
+            raise InputError("--unit-us", f"must be > 0, got {args.unit_us:g}")
+        options["unit_us"] = args.unit_us
+    schedule = load_schedule(args.schedule)
+    exporter.write(schedule, args.output, **options)
+    print(f"wrote {args.output} ({exporter.name})")
+    return 0

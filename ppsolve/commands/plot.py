@@ -1,0 +1,34 @@
+"""``ppsolve plot SCHEDULE.json -o OUT.{png,svg,pdf}``: Gantt chart with memory over time."""
+
+from __future__ import annotations
+
+import argparse
+
+from ppsolve.schedule import load_schedule
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plot", help="draw a schedule as a Gantt chart with memory over time (PNG, SVG or PDF)",
+        description="One row per device (compute lane, plus d2h/h2d lanes when the problem offloads), "
+                    "ops coloured by kind and shaded by chunk, memory per device below.")
+    parser.add_argument("schedule", help="schedule file (ppsolve/schedule@1)")
+    parser.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
+    parser.add_argument("--size", help="figure size in inches, WIDTHxHEIGHT (default: from the schedule's size)")
+    parser.add_argument("--dpi", type=float, default=100, help="pixels per inch for PNG (default 100)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ppsolve.errors import InputError
+    from ppsolve.plot.figure import image_format, parse_size
+    from ppsolve.plot.gantt import plot_schedule
+
+    image_format(args.output, "--output")
+    size = parse_size(args.size)
+    if not 10 <= args.dpi <= 1200:
+        raise InputError("--dpi", f"must be between 10 and 1200, got {args.dpi:g}")
+    schedule = load_schedule(args.schedule)
+    plot_schedule(schedule, args.output, size=size, dpi=args.dpi)
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,54 @@
+"""``ppsolve profile --model models/NAME.json ...``: measure the stages here, write a problem file."""
+
+from __future__ import annotations
+
+import argparse
+
+from ppsolve.problem import PLACEMENTS
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "profile", help="measure each stage's F, B, W times and activation bytes; write a problem file",
+        description="Times in ms, memory in MiB (bandwidth in MiB/ms), measured with one thread on this machine.")
+    parser.add_argument("--model", required=True, help="model description (models/*.json)")
+    parser.add_argument("--devices", type=int, required=True, help="pipeline ranks d")
+    parser.add_argument("--chunks", type=int, default=1, help="stages per device v (default 1)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="linear")
+    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m per iteration")
+    parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
+    parser.add_argument("--backward", choices=("split", "fused"), default="split")
+    parser.add_argument("--offload", action="store_true", help="allow offload, with the measured host-copy bandwidth")
+    parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
+    parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
+    parser.add_argument("-o", "--output", required=True, help="problem file to write")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ppsolve.errors import InputError
+    from ppsolve.executor.profiler import profile
+    from ppsolve.executor.spec import load_model_spec
+    from ppsolve.jsonio import write_json_atomic
+
+    for name in ("devices", "chunks", "microbatches", "repeats"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
+    spec = load_model_spec(args.model).with_micro_batch_size(args.micro_batch_size)
+    problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
+                      split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
+                      repeats=args.repeats)
+    write_json_atomic(args.output, problem.to_dict())
+    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement})")
+    print(f"  forward ms:         {per(problem.forward)}")
+    print(f"  backward_input ms:  {per(problem.backward_input)}")
+    print(f"  backward_weight ms: {per(problem.backward_weight)}")
+    print(f"  activation MiB:     {per(problem.activation)}")
+    if problem.split_backward:
+        print(f"  weight_hold MiB:    {per(problem.weight_hold)}")
+    if problem.offload is not None:
+        print(f"  host copy MiB/ms:   {problem.offload.d2h:.3f}")
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,83 @@
+"""``execute``: check the inputs, run a schedule on real processes, measure, compare.
+
+Everything that can be refused is refused here, before any process starts: a
+schedule that is not valid, a model whose layers cannot be cut into the stages,
+a launch whose rank count is not the schedule's devices, an offload schedule for
+the torch runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppsolve.checker import check
+from ppsolve.errors import InputError
+from ppsolve.executor.launch import in_torchrun, launch, run_in_torchrun
+from ppsolve.executor.report import RankFigures, figures
+from ppsolve.executor.reference import Comparison, compare, reference_run
+from ppsolve.executor.runtime import Job
+from ppsolve.executor.spec import ModelSpec, load_model_spec
+from ppsolve.schedule import Schedule
+
+TOLERANCE = 1e-5
+
+
+@dataclass
+class Outcome:
+    schedule: Schedule
+    spec: ModelSpec
+    results: list | None  # per-rank RankResult on the reporting process, None on other torchrun ranks
+    figures: list[RankFigures] | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def loss(self) -> float:
+        parts = {j: v for r in self.results for j, v in r.losses.items()}
+        return sum(parts.values()) / len(parts)
+
+
+def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None, runtime: str,
+            micro_batch_size: int | None = None) -> tuple[ModelSpec, str | None]:
+    """Refuse what cannot run; return the model and, for the torch runtime, the CSV text."""
+    spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
+    spec = spec.with_micro_batch_size(micro_batch_size)
+    problem = schedule.problem
+    spec.layers_of_stages(problem.num_stages, where=f"model {spec.name}: layers")
+    if ranks is not None and ranks != problem.devices:
+        raise InputError("ranks", f"the schedule is for {problem.devices} devices but {ranks} ranks were launched")
+    report = check(schedule)
+    if not report.valid:
+        raise InputError("schedule", "is not valid: " + report.violations[0].message)
+    if runtime not in ("ppsolve", "torch"):
+        raise InputError("--runtime", f"must be ppsolve or torch, got {runtime!r}")
+    csv_text = None
+    if runtime == "torch":
+        from ppsolve.export.torch_csv import to_torch_csv
+        csv_text = to_torch_csv(schedule)
+    return spec, csv_text
+
+
+def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | None = None, steps: int = 1,
+            check: bool = False, runtime: str = "ppsolve", timeout_s: float = 120.0,
+            fail_at: tuple[int, int] | None = None, micro_batch_size: int | None = None) -> Outcome:
+    """Run ``schedule`` with the model for ``steps`` iterations and measure the last one."""
+    if steps < 1:
+        raise InputError("--steps", f"must be >= 1, got {steps}")
+    torchrun = in_torchrun()
+    if torchrun:
+        import os
+        ranks = int(os.environ["WORLD_SIZE"])
+    spec, csv_text = prepare(schedule, model, ranks, runtime, micro_batch_size)
+    job = Job(schedule=schedule.to_dict(), model=spec.to_dict(), steps=steps, check=check, runtime=runtime,
+              csv_text=csv_text, timeout_s=timeout_s, fail_at=fail_at)
+    results = run_in_torchrun(job) if torchrun else launch(job, schedule.problem.devices)
+    outcome = Outcome(schedule, spec, results)
+    if results is None:
+        return outcome
+    if runtime == "ppsolve":
+        outcome.figures = figures(schedule, results)
+    if check:
+        grads = {name: g for r in results for name, g in r.grads.items()}
+        outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches), outcome.loss, grads)
+    return outcome

@@ -1,0 +1,104 @@
+"""Measuring each stage on this machine and writing a problem file.
+
+For every stage: F, B (input gradient) and W (weight gradients) timed with the
+executor's own code on microbatch 0's real input (median of ``repeats`` runs after
+``warmup``), and the bytes its saved tensors hold. Units of the problem file:
+milliseconds and MiB (bandwidth in MiB per ms). One thread, as each rank uses.
+Fused backward: one backward pass is timed and split half and half between
+``backward_input`` and ``backward_weight`` (only their sum counts then).
+"""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+
+import torch
+
+from ppsolve.executor import models
+from ppsolve.executor.spec import ModelSpec
+from ppsolve.executor.stage import SavedBytes, Stage
+from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict, Problem
+
+MIB = float(2**20)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x, target, split: bool,
+                  warmup: int, repeats: int) -> tuple[float, float, float, int, int]:
+    """(F ms, B ms, W ms, activation bytes, bytes held from B to W) of one stage for one microbatch."""
+    params = list(stage_module.parameters())
+    times: list[tuple[float, float, float]] = []
+    nbytes = hold = 0
+    for rep in range(warmup + repeats):
+        ledger = SavedBytes(params)
+        stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, ledger)
+        out: list = [None]
+        t_f = _timed(lambda: out.__setitem__(0, stage.forward(0, x, target)))
+        grad = None if out[0] is None else torch.ones_like(out[0]) / out[0].numel()
+        nbytes = stage.bytes_of[0]
+        if split:
+            t_b = _timed(lambda: stage.backward_input(0, grad))
+            hold = stage.hold_of[0]
+            t_w = _timed(lambda: stage.backward_weight(0))
+        else:
+            t_b, t_w = _timed(lambda: stage.backward_full(0, grad)), 0.0
+        stage_module.zero_grad(set_to_none=True)
+        if rep >= warmup:
+            times.append((t_f, t_b, t_w))
+    f, b, w = (median(t[k] for t in times) for k in range(3))
+    return f, b, w, nbytes, hold
+
+
+def host_bandwidth(nbytes: int, repeats: int = 5) -> float:
+    """MiB per ms of copying ``nbytes`` to a separate host buffer (what OFFLOAD does here)."""
+    nbytes = max(nbytes, 1 << 20)
+    src, dst = torch.empty(nbytes, dtype=torch.uint8).fill_(1), torch.empty(nbytes, dtype=torch.uint8)
+    dst.copy_(src)
+    ms = median(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    return nbytes / MIB / max(ms, 1e-6)
+
+
+def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbatches: int, *,
+            split: bool = True, offload: bool = False, p2p: float = 0.0, capacity: float | None = None,
+            warmup: int = 2, repeats: int = 5) -> Problem:
+    """Measure every stage and return the problem (validated)."""
+    num_stages = devices * chunks
+    expand_placement(placement, devices, chunks, "--placement")
+    spec.layers_of_stages(num_stages, where=f"model {spec.name}: layers")
+    torch.set_num_threads(1)
+    modules = models.build_stages(spec, num_stages)
+    x, target = models.microbatch(spec, 0)
+    fwd, bwd_in, bwd_w, act, holds = [], [], [], [], []
+    for s in range(num_stages):
+        f, b, w, nbytes, hold = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
+                                        split, warmup, repeats)
+        if not split:
+            b, w = b / 2, b / 2
+        fwd.append(round(f, 6))
+        bwd_in.append(round(b, 6))
+        bwd_w.append(round(w, 6))
+        act.append(nbytes / MIB)
+        holds.append(hold / MIB)
+        with torch.no_grad():
+            x = modules[s](x) if s < num_stages - 1 else x
+    data = {
+        "format": PROBLEM_FORMAT, "name": f"{spec.name} d{devices} v{chunks} {placement} m{microbatches}",
+        "devices": devices, "microbatches": microbatches, "chunks": chunks, "placement": placement,
+        "backward": "split" if split else "fused",
+        "time": {"forward": fwd, "backward_input": bwd_in, "backward_weight": bwd_w, "p2p": p2p},
+        "memory": {"activation": act, "weight_hold": holds if split else 0, "capacity": capacity},
+        "x-profile": {"model": spec.to_dict(), "units": {"time": "ms", "memory": "MiB"},
+                      "torch": torch.__version__, "threads": 1,
+                      "activation_bytes": [int(a * MIB) for a in act],
+                      "weight_hold_bytes": [int(h * MIB) for h in holds]},
+    }
+    if offload:
+        bw = round(host_bandwidth(int(max(act) * MIB)), 6)
+        data["offload"] = {"fraction": 1, "bandwidth": {"d2h": bw, "h2d": bw}}
+    return problem_from_dict(data)

@@ -1,0 +1,239 @@
+"""The memory/time frontier: the solver's makespan at each memory capacity, baselines as points.
+
+For each capacity from the least feasible to unbounded, the solver runs on the
+problem with that capacity on every device. A schedule found at a smaller
+capacity is also feasible at a larger one, so the *monotone* makespan at a
+capacity is the best found at it or below; the *raw* makespan is what the
+solver returned at that capacity. Both are recorded. When the problem can
+offload, the same sweep without offload shows what offload buys.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ppsolve.bounds import min_capacity
+from ppsolve.checker import check
+from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.jsonio import write_text_atomic
+from ppsolve.methods import Method, RunOptions, all_methods, get_method
+from ppsolve.problem import Problem
+
+SOLVER = "cpsat"
+DEFAULT_POINTS = 7
+
+
+@dataclass
+class FrontierPoint:
+    """One solver run at one capacity (None: unbounded), or one baseline's own schedule."""
+
+    curve: str  # "offload", "no-offload" or "baseline"
+    method: str
+    capacity: float | None
+    status: str
+    makespan: float | None = None  # raw: what this run returned
+    best_makespan: float | None = None  # monotone: best at this capacity or any smaller one
+    best_from: float | None = None  # the capacity whose schedule gives best_makespan
+    peak_memory: float | None = None
+    lower_bound: float | None = None
+    seconds: float = 0.0
+    valid: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Frontier:
+    problem: str
+    solver: str
+    time_limit: float | None
+    points: list[FrontierPoint] = field(default_factory=list)
+
+    def curve(self, name: str) -> list[FrontierPoint]:
+        return [p for p in self.points if p.curve == name]
+
+
+def get_solver(name: str = SOLVER) -> Method:
+    """The solver method; a clear refusal when it is not installed."""
+    try:
+        method = get_method(name)
+    except NotApplicableError:
+        known = ", ".join(m.name for m in all_methods()) or "none"
+        raise NotApplicableError(f"the frontier needs the solver method {name!r}, which is not registered "
+                                 f"(registered methods: {known}); install ppsolve with its solvers") from None
+    return method
+
+
+def parse_capacities(text: str) -> list[float | None] | None:
+    """'auto' -> None; '4,6,8,inf' -> [4.0, 6.0, 8.0, None] ('inf'/'none'/'unbounded' = unbounded)."""
+    if text.strip().lower() == "auto":
+        return None
+    out: list[float | None] = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part in ("inf", "none", "unbounded"):
+            out.append(None)
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise InputError("--capacities", f"must be 'auto' or numbers separated by commas, got {part!r}") from None
+        if not value > 0:
+            raise InputError("--capacities", f"each capacity must be > 0, got {part}")
+        out.append(value)
+    return _sorted_caps(out)
+
+
+def _sorted_caps(caps: Sequence[float | None]) -> list[float | None]:
+    finite = sorted({c for c in caps if c is not None})
+    return finite + ([None] if None in caps else [])
+
+
+def auto_capacities(low: float, high: float, points: int = DEFAULT_POINTS) -> list[float | None]:
+    """``points`` capacities evenly from ``low`` (least feasible) to ``high``, then unbounded."""
+    if high <= low * (1 + 1e-9) or points < 2:
+        return [low, None]
+    step = (high - low) / (points - 1)
+    caps = [low + i * step for i in range(points)]
+    return [round(c, 6) if round(c, 6) >= low else c for c in caps] + [None]
+
+
+def _run(solver: Method, problem: Problem, options: RunOptions) -> tuple[FrontierPoint, object | None]:
+    point = FrontierPoint(curve="", method=solver.name, capacity=None, status="")
+    reason = solver.why_not(problem)
+    if reason is not None:
+        point.status, point.note = "skipped", reason
+        return point, None
+    began = time.perf_counter()
+    try:
+        schedule = solver.build(problem, options)
+    except InfeasibleError as exc:
+        point.status, point.note = "infeasible", str(exc)
+        schedule = None
+    except PpsolveError as exc:
+        point.status, point.note = "error", str(exc)
+        schedule = None
+    except Exception as exc:  # one failing method must not lose the whole sweep; it is recorded
+        point.status, point.note = "error", f"{type(exc).__name__}: {exc}"
+        schedule = None
+    point.seconds = time.perf_counter() - began
+    if schedule is not None:
+        report = check(schedule)
+        point.status = schedule.method.status
+        point.makespan = schedule.makespan
+        point.peak_memory = max(schedule.peak_memory, default=0.0)
+        point.lower_bound = None if schedule.method.lower_bound is None else float(schedule.method.lower_bound)
+        point.valid = report.ok
+        if not report.ok:
+            point.note = f"checker: {len(report.violations)} violation(s)"
+    return point, schedule
+
+
+def sweep(problem: Problem, solver: Method, capacities: Sequence[float | None], options: RunOptions,
+          curve: str, on_point: Callable[[FrontierPoint], None] | None = None,
+          known: dict[float | None, FrontierPoint] | None = None) -> list[FrontierPoint]:
+    """The solver at each capacity (same on every device), with the monotone repair.
+    ``known`` holds runs already made (by capacity), which are not repeated."""
+    points = []
+    best: tuple[float, float | None] | None = None  # (makespan, capacity it came from)
+    for cap in _sorted_caps(capacities):
+        if known and cap in known:
+            point = known[cap]
+        else:
+            point, _ = _run(solver, problem.replace(capacity=cap), options)
+        point.curve, point.capacity = curve, cap
+        if point.valid and point.makespan is not None and (best is None or point.makespan < best[0]):
+            best = (point.makespan, cap)
+        if best is not None:
+            point.best_makespan, point.best_from = best
+        points.append(point)
+        if on_point:
+            on_point(point)
+    return points
+
+
+def baseline_points(problem: Problem, options: RunOptions, exclude: str) -> list[FrontierPoint]:
+    """Every applicable non-solver method on the problem with unbounded memory: (peak, makespan)."""
+    free = problem.replace(capacity=None)
+    points = []
+    for method in all_methods():
+        if method.family == "solver" or method.name.lower() == exclude.lower():
+            continue
+        point, _ = _run(method, free, options)
+        if point.status == "skipped":
+            continue
+        point.curve, point.capacity = "baseline", None
+        points.append(point)
+    return points
+
+
+def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None = None,
+                     time_limit: float | None = 10.0, points: int = DEFAULT_POINTS, solver_name: str = SOLVER,
+                     compare_no_offload: bool = True, baselines: bool = True, threads: int | None = None,
+                     on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
+    """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule)."""
+    solver = get_solver(solver_name)
+    reason = solver.why_not(problem)
+    if reason is not None:
+        raise NotApplicableError(f"the solver {solver.name} does not apply to this problem: {reason}")
+    options = RunOptions(time_limit=time_limit, threads=threads, quiet=True)
+    frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit)
+    offload = problem.can_offload
+    low = max(min_capacity(problem, offload=offload), default=0.0)
+    unbounded: FrontierPoint | None = None
+    if capacities is None:
+        unbounded, _ = _run(solver, problem.replace(capacity=None), options)
+        if unbounded.makespan is None:
+            raise PpsolveError(f"the solver found no schedule without a memory cap: {unbounded.note}")
+        capacities = auto_capacities(low, max(unbounded.peak_memory, low), points)
+    below = [c for c in capacities if c is not None and c < low - 1e-9]
+    if below:
+        raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
+                                         f"({low:g}{' with offload' if offload else ''})")
+    known = {None: unbounded} if unbounded is not None else None
+    frontier.points += sweep(problem, solver, capacities, options, "offload" if offload else "no-offload", on_point,
+                             known)
+    if offload and compare_no_offload:
+        plain = problem.replace(offload=None)
+        low_plain = max(min_capacity(plain), default=0.0)
+        caps = _sorted_caps([low_plain] + [c for c in capacities if c is None or c >= low_plain])
+        frontier.points += sweep(plain, solver, caps, options, "no-offload", on_point)
+    if baselines:
+        frontier.points += baseline_points(problem, options, exclude=solver.name)
+    return frontier
+
+
+# ----- CSV -----
+
+COLUMNS = ["curve", "method", "capacity", "status", "makespan", "best_makespan", "best_from", "peak_memory",
+           "lower_bound", "seconds", "valid", "note"]
+
+
+def frontier_csv(frontier: Frontier) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for p in frontier.points:
+        cells = []
+        for key in COLUMNS:
+            value = getattr(p, key)
+            if value is None and (key == "capacity" or (key == "best_from" and p.best_makespan is not None)):
+                cells.append("unbounded")
+            elif value is None:
+                cells.append("")
+            elif isinstance(value, bool):
+                cells.append("yes" if value else "no")
+            elif isinstance(value, float):
+                cells.append(f"{value:.6g}")
+            else:
+                cells.append(str(value))
+        writer.writerow(cells)
+    return buffer.getvalue()
+
+
+def write_frontier_csv(frontier: Frontier, path: str | Path) -> None:
+    write_text_atomic(path, frontier_csv(frontier))

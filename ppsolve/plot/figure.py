@@ -1,0 +1,53 @@
+"""Making a matplotlib figure without pyplot and writing it as PNG, SVG or PDF atomically."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from ppsolve.errors import InputError
+from ppsolve.jsonio import write_bytes_atomic
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+
+
+def image_format(path: str | Path, where: str = "output") -> str:
+    """The image format named by a file's extension; InputError for anything else."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in IMAGE_FORMATS:
+        raise InputError(where, f"image must end in .png, .svg or .pdf, got {str(path)!r}")
+    return suffix
+
+
+def parse_size(text: str | None, where: str = "--size") -> tuple[float, float] | None:
+    """'WxH' in inches (e.g. '12x8') to a (width, height) pair; None stays None."""
+    if text is None:
+        return None
+    try:
+        width, height = (float(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise InputError(where, f"must be WIDTHxHEIGHT in inches, e.g. 12x8, got {text!r}") from None
+    if not (0.5 <= width <= 200 and 0.5 <= height <= 200):
+        raise InputError(where, f"each side must be between 0.5 and 200 inches, got {text!r}")
+    return width, height
+
+
+def new_figure(width: float, height: float, layout: str | None = None):
+    """A matplotlib Figure of the given size in inches, detached from pyplot's global state.
+    ``layout="constrained"`` lets matplotlib place the axes; else the caller does."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout=layout)
+
+
+def render(figure, fmt: str, dpi: float = 100) -> bytes:
+    """The figure's bytes in ``fmt``; no timestamps, so equal figures give equal files."""
+    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    return buffer.getvalue()
+
+
+def save_figure(figure, path: str | Path, dpi: float = 100) -> None:
+    """Render ``figure`` in the format its extension names and write it atomically."""
+    write_bytes_atomic(path, render(figure, image_format(path), dpi))

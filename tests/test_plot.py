@@ -1,0 +1,108 @@
+"""ppsolve plot: real PNG/SVG/PDF files of the requested size, and readable layouts."""
+
+from __future__ import annotations
+
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.viz_helpers import one_f_one_b_orders, serial_schedule, tiny_problem  # noqa: E402
+
+from ppsolve.checker import check
+from ppsolve.cli import main
+from ppsolve.plot.gantt import has_transfer_lanes, layout, title_lines
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
+
+OFFLOAD = {"fraction": 0.8, "bandwidth": {"d2h": 1, "h2d": 1}}
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def schedule_file(tmp_path):
+    problem = tiny_problem(3, 4, capacity=2.5, offload=OFFLOAD, chunks=2, placement="vshape")
+    schedule = serial_schedule(problem, offload=True)
+    assert check(schedule).ok
+    path = tmp_path / "schedule.json"
+    schedule.save(path)
+    return path
+
+
+def test_png_has_requested_size(schedule_file, tmp_path):
+    out = tmp_path / "gantt.png"
+    assert main(["plot", str(schedule_file), "-o", str(out), "--size", "9x6", "--dpi", "80"]) == 0
+    assert png_size(out) == (720, 480)
+
+
+def test_default_png_size_follows_the_layout(schedule_file, tmp_path):
+    from ppsolve.schedule import load_schedule
+
+    out = tmp_path / "gantt.png"
+    assert main(["plot", str(schedule_file), "-o", str(out)]) == 0
+    lay = layout(load_schedule(schedule_file))
+    width, height = png_size(out)
+    assert abs(width - lay.width * 100) <= 1 and abs(height - lay.height * 100) <= 1
+
+
+def test_svg_is_xml_with_op_labels(schedule_file, tmp_path):
+    out = tmp_path / "gantt.svg"
+    assert main(["plot", str(schedule_file), "-o", str(out), "--size", "10x7"]) == 0
+    root = ET.parse(out).getroot()
+    assert root.tag.endswith("svg")
+    assert root.attrib["width"].startswith("720")  # 10 in at 72 pt per inch
+    assert root.attrib["height"].startswith("504")
+
+
+def test_pdf_is_a_pdf(schedule_file, tmp_path):
+    out = tmp_path / "gantt.pdf"
+    assert main(["plot", str(schedule_file), "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data.startswith(b"%PDF-") and data.rstrip().endswith(b"%%EOF")
+
+
+def test_bad_extension_is_one_clear_error(schedule_file, tmp_path, capsys):
+    assert main(["plot", str(schedule_file), "-o", str(tmp_path / "gantt.jpg")]) == 2
+    err = capsys.readouterr().err
+    assert "--output" in err and ".png" in err and "Traceback" not in err
+    assert not (tmp_path / "gantt.jpg").exists()
+
+
+def test_bad_size_is_one_clear_error(schedule_file, tmp_path, capsys):
+    assert main(["plot", str(schedule_file), "-o", str(tmp_path / "g.png"), "--size", "big"]) == 2
+    assert "--size" in capsys.readouterr().err
+
+
+def test_lanes_only_when_offloading():
+    plain = serial_schedule(tiny_problem(2, 2))
+    with_link = serial_schedule(tiny_problem(2, 2, capacity=2, offload=OFFLOAD), offload=True)
+    assert not has_transfer_lanes(plain)
+    assert has_transfer_lanes(with_link)
+    assert layout(with_link).height > layout(plain).height
+
+
+def test_8x32_is_readable_and_bounded():
+    problem = tiny_problem(8, 32)
+    schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
+    lay = layout(schedule)
+    # the shortest op gets at least ~0.1 inch (room for a two-digit label) unless the width cap is hit
+    shortest = min(op.duration for op in schedule.ops)
+    assert (lay.width - 1.95) * shortest / schedule.makespan >= 0.1 or lay.width == 32.0
+    assert 8 <= lay.width <= 32 and lay.height < 14
+    head, sub = title_lines(schedule)
+    assert "makespan 188" in head and "peak memory 8" in head and "bubble" in head and "gap" in head
+    assert "8 devices" in sub and "32 microbatches" in sub
+
+
+def test_large_problem_gets_a_capped_figure():
+    problem = tiny_problem(24, 48)
+    schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
+    lay = layout(schedule)
+    assert lay.width <= 32 and lay.memory_panels == 1 and lay.height < 20
