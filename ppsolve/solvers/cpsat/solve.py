@@ -411,7 +411,10 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         b = _build(problem, scaling, options, cap)
         objective.minimise_offload(b.v, cap)
         _hint_from_schedule(b, best)
-        budget_b = max(0.5, options.time_limit - budget_a) if options.threads == 1 else left()
+        if options.threads == 1:
+            budget_b = max(0.5, options.time_limit - budget_a)
+        else:
+            budget_b = min(left(), max(2.0, (1 - phase_a_share) * options.time_limit))
         run_b = _search(b, options, budget_b, "cpsat offload", lambda x: round(x / scaling.memory_scale, 9))
         interrupted = interrupted or run_b.interrupted
         for values in reversed(run_b.values):
