@@ -224,49 +224,53 @@ def runtime_tightness(v: Variables) -> None:
     lane_ends: dict[int, list] = {}
 
     def when_chosen(t, end, otherwise, name):
-        # The end of an absent transfer is meaningless: stand in ``otherwise`` for it.
+        # The end of an absent transfer is meaningless: stand in ``otherwise`` (var, offset) for it.
         proxy = m.new_int_var(0, v.horizon, f"pe_{name}")
         m.add(proxy == end).only_enforce_if(t.chosen)
-        m.add(proxy == otherwise).only_enforce_if(t.chosen.Not())
-        return proxy
+        other = otherwise[1] if otherwise[0] is None else otherwise[0] + otherwise[1]
+        m.add(proxy == other).only_enforce_if(t.chosen.Not())
+        v.proxies.append((proxy, t.chosen, end, otherwise))
+        return (proxy, 0)
 
     for (s, j), t in v.transfers.items():
         device = p.placement[s]
         lane_ends.setdefault(p.lane(device, OpKind.OFFLOAD), []).append(
-            ((OpKind.OFFLOAD, s, j), when_chosen(t, t.off_end, 0, f"off_{s}_{j}")))
+            ((OpKind.OFFLOAD, s, j), when_chosen(t, t.off_end, (None, 0), f"off_{s}_{j}")))
         lane_ends.setdefault(p.lane(device, OpKind.RELOAD), []).append(
-            ((OpKind.RELOAD, s, j), when_chosen(t, t.rel_end, 0, f"rel_{s}_{j}")))
+            ((OpKind.RELOAD, s, j), when_chosen(t, t.rel_end, (None, 0), f"rel_{s}_{j}")))
 
     def tie(start, choices, name, present=None):
-        choices = [c if not isinstance(c, int) else m.new_constant(c) for c in choices]
+        """choices: (var or None, offset) pairs; S = the chosen one's value."""
+        exprs = [m.new_constant(off) if var is None else (var + off if off else var) for var, off in choices]
         index = m.new_int_var(0, len(choices) - 1, f"why_{name}")
-        if present is None:
-            m.add_element(index, choices, start)
-            return
-        # An absent transfer keeps its (unconstrained) start: link through a proxy.
-        proxy = m.new_int_var(0, v.horizon, f"why_val_{name}")
-        m.add_element(index, choices, proxy)
-        m.add(start == proxy).only_enforce_if(present)
+        target = start
+        if present is not None:
+            # An absent transfer keeps its (unconstrained) start: link through a proxy.
+            target = m.new_int_var(0, v.horizon, f"why_val_{name}")
+            m.add(start == target).only_enforce_if(present)
+        m.add_element(index, exprs, target)
+        v.ties.append((index, choices, start, present, target))
 
     for op, start in v.start.items():
         k, s, j = op
         device = p.placement[s]
         deps = []
         if k is _F and s > 0:
-            deps.append(v.end[Op(_F, s - 1, j)] + v.scaling.latency[s - 1])
+            deps.append((v.end[Op(_F, s - 1, j)], v.scaling.latency[s - 1]))
         elif k is _B:
-            deps.append(v.end[Op(_F, s, j)] if s == last else v.end[Op(_B, s + 1, j)] + v.scaling.latency[s])
+            deps.append((v.end[Op(_F, s, j)], 0) if s == last else (v.end[Op(_B, s + 1, j)], v.scaling.latency[s]))
             t = v.transfers.get((s, j))
             if t is not None:
                 deps.append(when_chosen(t, t.rel_end, deps[0], f"b_{s}_{j}"))
         elif k is _W:
-            deps.append(v.end[Op(_B, s, j)])
-        choices = ([0] if (k is _F and s == 0) else []) + deps + [e for o, e in device_ends[device] if o != op]
+            deps.append((v.end[Op(_B, s, j)], 0))
+        choices = ([(None, 0)] if (k is _F and s == 0) else []) + deps
+        choices += [(e, 0) for o, e in device_ends[device] if o != op]
         tie(start, choices, f"{k.value}_{s}_{j}")
     for (s, j), t in v.transfers.items():
         device = p.placement[s]
-        ends = [e for _, e in device_ends[device]]
+        ends = [(e, 0) for _, e in device_ends[device]]
         off_lane = [e for key, e in lane_ends[p.lane(device, OpKind.OFFLOAD)] if key != (OpKind.OFFLOAD, s, j)]
         rel_lane = [e for key, e in lane_ends[p.lane(device, OpKind.RELOAD)] if key != (OpKind.RELOAD, s, j)]
         tie(t.off_start, ends + off_lane, f"off_{s}_{j}", t.chosen)
-        tie(t.rel_start, [t.off_end] + ends + rel_lane, f"rel_{s}_{j}", t.chosen)
+        tie(t.rel_start, [(t.off_end, 0)] + ends + rel_lane, f"rel_{s}_{j}", t.chosen)

@@ -163,10 +163,37 @@ def _hint_values(m: _Model, values: dict[int, int]) -> None:
     ends = [values[e.Index()] for e in v.end.values() if e.Index() in values]
     if ends:
         values[v.makespan.Index()] = max(ends)
+    extra = _hint_tightness(v, values)
     m.model.clear_hints()
-    for var in _all_vars(m):
+    for var in _all_vars(m) + extra:
         if var.Index() in values:
             m.model.add_hint(var, values[var.Index()])
+
+
+def _hint_tightness(v: Variables, values: dict[int, int]) -> list:
+    """Values of the runtime-tightness helpers (which choice each start equals) for a hinted solution."""
+    def value(var, offset=0):
+        if var is None:
+            return offset
+        return values.get(var.Index(), 0) + offset
+
+    out = []
+    for proxy, chosen, end, (other, off) in v.proxies:
+        values[proxy.Index()] = value(end) if values.get(chosen.Index()) else value(other, off)
+        out.append(proxy)
+    for index, choices, start, present, target in v.ties:
+        options = [value(var, off) for var, off in choices]
+        if present is not None and not values.get(present.Index()):
+            pick = 0
+        else:
+            want = value(start)
+            pick = next((i for i, x in enumerate(options) if x == want), 0)
+        values[index.Index()] = pick
+        out.append(index)
+        if target is not start:
+            values[target.Index()] = options[pick]
+            out.append(target)
+    return out
 
 
 def _all_vars(m: _Model) -> list:
