@@ -17,6 +17,7 @@ from ppsolve.errors import PpsolveError
 
 COMMANDS = [
     "baseline",
+    "solve",
     "check",
     "bound",
     "schema",

@@ -1,0 +1,39 @@
+"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory."""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from ppsolve.solvers.cpsat.variables import Variables
+
+
+def minimise_makespan(v: Variables) -> None:
+    """min C."""
+    v.model.minimize(v.makespan)
+
+
+def offloaded_amount(v: Variables) -> cp_model.LinearExpr:
+    """sum of x[s,j] * amount(s) (model memory units)."""
+    return sum(t.amount * t.chosen for t in v.transfers.values())
+
+
+def minimise_offload(v: Variables, makespan_cap: int) -> None:
+    """min sum x[s,j] * amount(s) subject to C <= makespan_cap (no needless transfers)."""
+    v.model.add(v.makespan <= makespan_cap)
+    v.model.minimize(offloaded_amount(v))
+
+
+def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int], makespan_cap: int) -> cp_model.IntVar:
+    """min (max_d P_d) * (sum of upper bounds + 1) + sum_d P_d subject to C <= makespan_cap.
+
+    P_d (at most uppers[d]) is the capacity of device d's cumulative, hence at least its peak:
+    the largest peak first, then the sum of peaks.
+    """
+    m = v.model
+    m.add(v.makespan <= makespan_cap)
+    worst = m.new_int_var(0, max(uppers), "max_peak")
+    for p in peaks:
+        m.add(worst >= p)
+    weight = sum(uppers) + 1
+    m.minimize(weight * worst + cp_model.LinearExpr.sum(peaks))
+    return worst

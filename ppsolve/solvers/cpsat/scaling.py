@@ -1,0 +1,127 @@
+"""All integer scaling of times and memory for the CP-SAT model, in one place.
+
+CP-SAT works on integers. Every time the model uses (compute durations, the
+p2p latency, transfer durations ``max_offload(s) / bandwidth``) is multiplied
+by one factor ``time_scale`` and every memory figure (activations, weight
+holds, offload amounts, capacities) by one factor ``memory_scale``.
+
+Each factor is the least common multiple of the denominators of the values'
+exact fractions (a value is read as a fraction when a denominator up to
+``MAX_DENOMINATOR`` reproduces it to 1e-9 relative). For integer inputs the
+factor is 1; for inputs with a few decimals it is a power of ten or so. The
+model is then *exact*: its optimum and its bound hold for the real problem.
+
+When no factor below ``MAX_SCALE`` makes everything integral, the scale is
+chosen so that the largest value becomes about ``INEXACT_TARGET`` and values
+are rounded conservatively (durations and memory use up, capacities down).
+Such a model only yields feasible schedules; its bound is not a proof, so the
+solver then reports the foundation's lower bound and never claims
+optimality from it (``Scaling.exact`` is False).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable
+
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+
+MAX_DENOMINATOR = 10**6
+MAX_SCALE = 10**6
+MAX_SCALED = 2**40  # keep every scaled figure far inside CP-SAT's 64-bit domain
+INEXACT_TARGET = 10**5
+
+
+def _fraction(x: float) -> Fraction | None:
+    f = Fraction(x).limit_denominator(MAX_DENOMINATOR)
+    return f if abs(float(f) - x) <= 1e-9 * max(1.0, abs(x)) else None
+
+
+def _scale_for(values: Iterable[float]) -> tuple[int, bool]:
+    """(factor, exact) for a set of nonnegative values."""
+    values = [v for v in values if v]
+    if not values:
+        return 1, True
+    scale = 1
+    for v in values:
+        f = _fraction(v)
+        if f is None:
+            scale = 0
+            break
+        scale = scale * f.denominator // math.gcd(scale, f.denominator)
+        if scale > MAX_SCALE:
+            scale = 0
+            break
+    biggest = max(abs(v) for v in values)
+    if scale and biggest * scale <= MAX_SCALED:
+        return scale, True
+    return max(1, int(INEXACT_TARGET / biggest)) if biggest < INEXACT_TARGET else 1, False
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Integer versions of every figure the model uses; ``to_time`` maps back."""
+
+    time_scale: int
+    memory_scale: int
+    exact: bool
+    duration: dict  # (kind, stage) -> int, kind in F/B/W/OFFLOAD/RELOAD (transfers: full allowed amount)
+    latency: tuple[int, ...]  # latency[s] between stage s and s+1
+    activation: tuple[int, ...]
+    weight_hold: tuple[int, ...]
+    offload_amount: tuple[int, ...]  # scaled max_offload(s); 0 where a stage cannot offload
+    capacity: tuple[int | None, ...]
+
+    def time(self, x: float, up: bool = True) -> int:
+        """A time of the problem in model units (rounded up, or down, when inexact)."""
+        y = x * self.time_scale
+        r = round(y)
+        if abs(y - r) <= 1e-6:
+            return int(r)
+        return math.ceil(y) if up else math.floor(y)
+
+    def to_time(self, t: int) -> float:
+        return t / self.time_scale
+
+
+def build_scaling(problem: Problem) -> Scaling:
+    S = problem.num_stages
+    kinds = list(problem.kinds)
+    amounts = [problem.max_offload(s) for s in range(S)]
+    times = [problem.duration(k, s) for k in kinds for s in range(S)] + [problem.p2p]
+    if problem.offload is not None:
+        times += [problem.duration(OpKind.OFFLOAD, s, a) for s, a in enumerate(amounts) if a > 0]
+        times += [problem.duration(OpKind.RELOAD, s, a) for s, a in enumerate(amounts) if a > 0]
+    caps = [c for c in problem.capacity if c is not None]
+    memory = list(problem.activation) + list(problem.weight_hold) + amounts + caps
+    tscale, texact = _scale_for(times)
+    mscale, mexact = _scale_for(memory)
+
+    def up(x: float, scale: int) -> int:
+        y = x * scale
+        return int(round(y)) if abs(y - round(y)) <= 1e-6 else math.ceil(y)
+
+    def down(x: float, scale: int) -> int:
+        y = x * scale
+        return int(round(y)) if abs(y - round(y)) <= 1e-6 else math.floor(y)
+
+    duration: dict = {}
+    for s in range(S):
+        for k in kinds:
+            duration[(k, s)] = up(problem.duration(k, s), tscale)
+        if amounts[s] > 0:
+            for k in (OpKind.OFFLOAD, OpKind.RELOAD):
+                duration[(k, s)] = max(1, up(problem.duration(k, s, amounts[s]), tscale))
+    activation = tuple(up(a, mscale) for a in problem.activation)
+    hold = tuple(min(up(h, mscale), activation[s]) for s, h in enumerate(problem.weight_hold))
+    # Offloading moves less than it could when rounding, so memory stays conservative.
+    offload_amount = tuple(min(down(a, mscale), activation[s]) for s, a in enumerate(amounts))
+    return Scaling(
+        time_scale=tscale, memory_scale=mscale, exact=texact and mexact, duration=duration,
+        latency=tuple(up(problem.latency(s, s + 1), tscale) for s in range(S - 1)),
+        activation=activation, weight_hold=hold, offload_amount=offload_amount,
+        capacity=tuple(None if c is None else down(c, mscale) for c in problem.capacity),
+    )

@@ -1,0 +1,86 @@
+"""``ppsolve solve`` from the command line: output file, exit codes, JSON summary."""
+
+from __future__ import annotations
+
+import json
+
+from ppsolve.checker import check
+from ppsolve.cli import main
+from ppsolve.schedule import load_schedule
+from tests.helpers import problem_dict
+
+
+def _write(tmp_path, **overrides):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(problem_dict(**overrides)))
+    return path
+
+
+def test_solve_writes_a_checked_optimal_schedule(tmp_path, capsys):
+    problem = _write(tmp_path, microbatches=2)
+    out = tmp_path / "s.json"
+    assert main(["solve", str(problem), "-o", str(out), "--time-limit", "5", "--quiet", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["status"] == "optimal" and summary["makespan"] == 7
+    schedule = load_schedule(out)
+    assert check(schedule).ok
+    assert schedule.method.name == "cpsat" and schedule.method.status == "optimal"
+    assert schedule.method.lower_bound == 7
+
+
+def test_infeasible_capacity_exit_3(tmp_path, capsys):
+    problem = _write(tmp_path, chunks=2, placement="vshape", memory_capacity=1)
+    assert main(["solve", str(problem), "-o", str(tmp_path / "s.json"), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "needs at least 2" in err and err.count("\n") == 1
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_progress_line_unless_quiet(tmp_path, capsys):
+    problem = _write(tmp_path, devices=3, microbatches=4, memory_capacity=2)
+    assert main(["solve", str(problem), "-o", str(tmp_path / "s.json"), "--time-limit", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "incumbent" in captured.err and "bound" in captured.err
+    assert "makespan" in captured.out and "peak memory" in captured.out
+
+
+def test_ctrl_c_writes_best_so_far(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "s.json"
+    # Tight memory with offload: not proven within seconds, so the search is still running.
+    cmd = [sys.executable, "-m", "ppsolve", "solve", str(root / "instances/linear-offload-private-4x8.json"),
+           "-o", str(out), "--time-limit", "60"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:
+            if "incumbent" in line and "incumbent -" not in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout
+    assert "interrupted" in stdout
+    schedule = load_schedule(out)
+    assert check(schedule).ok and schedule.method.extra.get("interrupted") is True
+
+
+def test_no_solution_in_time_exit_4(tmp_path, capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    problem = root / "instances/interleaved-offload-shared-8x16.json"
+    out = tmp_path / "s.json"
+    code = main(["solve", str(problem), "-o", str(out), "--warm-start", "none", "--time-limit", "0.2",
+                 "--threads", "1", "--quiet"])
+    assert code == 4
+    assert "no schedule found within the time limit" in capsys.readouterr().err
+    assert not out.exists()

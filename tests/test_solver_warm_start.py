@@ -1,0 +1,68 @@
+"""Warm starts come from the method registry (family "baseline") when baselines are installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsolve import methods
+from ppsolve.checker import check
+from ppsolve.errors import NotApplicableError, PpsolveError
+from ppsolve.methods import Method
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers.cpsat import SolveOptions, solve
+from ppsolve.solvers.cpsat.warm_start import best_warm_start, greedy_orders, serial_orders
+from tests.helpers import make_problem
+
+
+def _fake(name, build, why_not=lambda p: None):
+    return Method(name=name, family="baseline", description="test double", requirements="-",
+                  why_not=why_not, build=build)
+
+
+@pytest.fixture
+def fake_baselines(monkeypatch):
+    problem = make_problem(devices=3, microbatches=4, memory_capacity=2)
+    good = make_schedule(problem, simulate(problem, greedy_orders(problem)), "fake-good")
+
+    def too_big(p, o):  # ignores the capacity: must be rejected by the checker
+        free = p.replace(capacity=None)
+        ops = simulate(free, [[op for op in order] for order in greedy_orders(free, "FBW")])
+        return make_schedule(p, ops, "fake-too-big")
+
+    def broken(p, o):
+        raise PpsolveError("cannot")
+
+    for method in (_fake("fake-good", lambda p, o: good), _fake("fake-too-big", too_big),
+                   _fake("fake-broken", broken), _fake("fake-na", broken, why_not=lambda p: "never applies")):
+        monkeypatch.setitem(methods._REGISTRY, method.name, method)
+    return problem, good
+
+
+def test_auto_keeps_the_best_acceptable_baseline(fake_baselines):
+    problem, good = fake_baselines
+    warm = best_warm_start(problem, "auto")
+    assert check(warm).ok
+    assert warm.makespan <= good.makespan
+    assert not check(methods.get_method("fake-too-big").run(problem)).ok
+
+
+def test_named_warm_start(fake_baselines):
+    problem, good = fake_baselines
+    assert best_warm_start(problem, "fake-good").method.name == "fake-good"
+    with pytest.raises(NotApplicableError):
+        best_warm_start(problem, "no-such-method")
+    with pytest.raises(PpsolveError):
+        best_warm_start(problem, "fake-na")
+    result = solve(problem, SolveOptions(time_limit=5, warm_start="fake-good"))
+    assert check(result.schedule).ok and result.schedule.makespan <= good.makespan
+
+
+def test_own_warm_start_without_baselines():
+    # Serial orders always fit the least capacity: a warm start exists even with no baseline installed.
+    problem = make_problem(devices=3, microbatches=3, chunks=2, placement="vshape", memory_capacity=2)
+    warm = best_warm_start(problem, "auto")
+    assert warm is not None and check(warm).ok
+    serial = make_schedule(problem, simulate(problem, serial_orders(problem)), "serial")
+    assert warm.makespan <= serial.makespan
+    assert best_warm_start(problem, "none") is None
