@@ -43,11 +43,11 @@ def vshape_uneven(d, base, first, last):
 def main() -> None:
     files = {
         "example": problem(
-            "example: 4 GPUs, 8 microbatches, heavy LM head, memory cap at 3 activations, PCIe offload", 4, 8,
+            "example: 4 GPUs, 8 microbatches, heavy LM head, memory cap at 2 activations, PCIe offload", 4, 8,
             forward=uneven(4, 10, 8, 14), backward_input=uneven(4, 10, 8, 16), backward_weight=uneven(4, 8, 6, 12),
-            p2p=1, activation=1, weight_hold=0.25, capacity=3,
+            p2p=1, activation=1, weight_hold=0.25, capacity=2,
             offload={"fraction": 1, "bandwidth": {"d2h": 0.2, "h2d": 0.2}},
-            note="transfer of one activation takes 5 ms each way; 1F1B would need 4 activations on device 0"),
+            note="moving one activation takes 5 ms each way; 1F1B needs 4 activations on device 0, the best schedule without offload takes 440 ms"),
         "linear-uniform-split-4x8": problem("linear, F=B=W, unbounded memory", 4, 8),
         "linear-uniform-fused-4x8-1f1bcap": problem("linear, fused backward, capacity of 1F1B", 4, 8,
                                                      backward="fused", capacity=4),

@@ -118,6 +118,19 @@ class Schedule:
             return None
         return max(0.0, (self.makespan - lb) / self.makespan)
 
+    def offloaded_by_stage(self) -> dict[int, list[int]]:
+        """Which activations go to host: stage -> sorted microbatches offloaded."""
+        out: dict[int, list[int]] = {}
+        for op in self.ops:
+            if op.kind is OpKind.OFFLOAD:
+                out.setdefault(op.stage, []).append(op.microbatch)
+        return {stage: sorted(mbs) for stage, mbs in sorted(out.items())}
+
+    def describe_offload(self) -> str:
+        """One line: ``stage 0: microbatches 0-5, 7; stage 1: 0-2`` (or ``nothing``)."""
+        parts = [f"stage {stage}: microbatches {_ranges(mbs)}" for stage, mbs in self.offloaded_by_stage().items()]
+        return "; ".join(parts) if parts else "nothing"
+
     def ops_of_device(self, device: int) -> list[ScheduledOp]:
         return sorted((op for op in self.ops if op.device == device), key=lambda o: (o.start, o.kind.is_compute))
 
@@ -137,6 +150,17 @@ class Schedule:
     def save(self, path: str | Path) -> None:
         """Write the schedule file atomically."""
         write_json_atomic(path, self.to_dict())
+
+
+def _ranges(values: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:

@@ -122,3 +122,14 @@ def test_atomic_write_leaves_no_partial_file_and_keeps_normal_permissions(tmp_pa
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+
+
+def test_offload_is_described_per_stage():
+    from tests.helpers import serial_orders
+    problem = make_problem(devices=2, microbatches=4, offload={"bandwidth": {"d2h": 1, "h2d": 1}})
+    orders = serial_orders(problem, offload=True)
+    keep = {(0, 0), (0, 1), (0, 3), (1, 2)}
+    orders = [[op for op in order if op.kind.is_compute or (op.stage, op.microbatch) in keep] for order in orders]
+    schedule = schedule_from_orders(problem, orders)
+    assert schedule.offloaded_by_stage() == {0: [0, 1, 3], 1: [2]}
+    assert schedule.describe_offload() == "stage 0: microbatches 0-1, 3; stage 1: microbatches 2"

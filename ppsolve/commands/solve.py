@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         "output": args.output, "status": result.status, "makespan": schedule.makespan,
         "lower_bound": result.lower_bound, "gap": result.gap, "seconds": round(result.seconds, 3),
         "peak_memory": schedule.peak_memory, "capacity": list(schedule.problem.capacity),
-        "offloaded": schedule.offloaded, "interrupted": result.interrupted,
+        "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(), "interrupted": result.interrupted,
         "from_warm_start": result.from_warm_start, "notes": result.notes,
     }
     if args.json:
@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
           f"gap {result.gap:.2%}, {result.seconds:.1f} s")
     print(f"peak memory [{peaks}] (capacity [{caps}]), offloaded {schedule.offloaded:g}, "
           f"bubble {schedule.bubble_ratio:.1%}")
+    if schedule.offloaded:
+        print(f"to host memory: {schedule.describe_offload()}")
     for note in result.notes:
         print(f"note: {note}")
     return _done(result)
