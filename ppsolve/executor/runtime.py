@@ -75,6 +75,12 @@ class RankResult:
     max_allocated: int | None = None  # torch.cuda.max_memory_allocated over the measured walk (CUDA)
 
 
+def parameter_grads(modules: dict) -> dict[str, torch.Tensor]:
+    """Every parameter gradient of a rank's stage modules, copied to the CPU, by parameter name."""
+    return {name: p.grad.detach().cpu().clone()
+            for module in modules.values() for name, p in module.named_parameters() if p.grad is not None}
+
+
 def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     """Build this rank's stages and run ``job.steps`` iterations; the last one is recorded."""
     schedule, spec = job.load()
@@ -98,10 +104,7 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
                 else TaggedComm(schedule, rank, stages, shape, job.timeout_s))
         result = _walk(job, rank, schedule, spec, stages, ledger, actions, comm, dev)
     if job.check:
-        for module in modules.values():
-            for name, p in module.named_parameters():
-                if p.grad is not None:
-                    result.grads[name] = p.grad.detach().cpu().clone()
+        result.grads = parameter_grads(modules)
     return result
 
 

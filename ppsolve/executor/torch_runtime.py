@@ -20,7 +20,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
-from ppsolve.executor.runtime import Job, RankResult
+from ppsolve.executor.runtime import Job, RankResult, parameter_grads
 
 
 def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankResult:
@@ -53,8 +53,5 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
         runtime.step(*args, **kwargs)
         result.losses = {j: float(loss.detach()) for j, loss in enumerate(losses)}
     if job.check:
-        for module in modules.values():
-            for name, p in module.named_parameters():
-                if p.grad is not None:
-                    result.grads[name] = p.grad.detach().cpu().clone()
+        result.grads = parameter_grads(modules)
     return result
