@@ -60,7 +60,7 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         for line in proc.stderr:
-            if "incumbent" in line and "incumbent -" not in line:
+            if "makespan" in line and "makespan -" not in line:
                 break
         proc.send_signal(signal.SIGINT)
         stdout, _ = proc.communicate(timeout=30)

@@ -20,14 +20,16 @@ class Progress(cp_model.CpSolverSolutionCallback):
     """
 
     def __init__(self, label: str, to_user: Callable[[float], float], quiet: bool = True,
-                 stream: TextIO | None = None, every: float = 1.0):
+                 stream: TextIO | None = None, every: float = 1.0, t0: float | None = None,
+                 quantity: str = "incumbent"):
         super().__init__()
         self.label = label
         self.to_user = to_user
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.every = every
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if t0 is None else t0  # elapsed counts from the solve's start
+        self.quantity = quantity  # what the objective is: "incumbent" makespan, "offloaded", "peak"
         self.incumbent: float | None = None
         self.bound: float | None = None
         self.solutions = 0
@@ -55,7 +57,7 @@ class Progress(cp_model.CpSolverSolutionCallback):
         gap = "-"
         if self.incumbent and self.bound is not None:
             gap = f"{max(0.0, (self.incumbent - self.bound) / self.incumbent):.2%}"
-        return f"{self.label}  {elapsed:6.1f}s  incumbent {inc}  bound {bnd}  gap {gap}"
+        return f"{self.label}  {elapsed:6.1f}s  {self.quantity} {inc}  bound {bnd}  gap {gap}"
 
     def show(self, force: bool = False) -> None:
         if self.quiet:

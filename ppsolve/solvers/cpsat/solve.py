@@ -292,10 +292,11 @@ def _parameters(solver: cp_model.CpSolver, options: SolveOptions, limit: float) 
 
 
 def _search(m: _Model, options: SolveOptions, limit: float, label: str,
-            to_user: Callable[[float], float]) -> _Run:
+            to_user: Callable[[float], float], t0: float, quantity: str) -> _Run:
     solver = cp_model.CpSolver()
     _parameters(solver, options, limit)
-    recorder = _Recorder(_key_vars(m), label=label, to_user=to_user, quiet=options.quiet, stream=options.stream)
+    recorder = _Recorder(_key_vars(m), label=label, to_user=to_user, quiet=options.quiet, stream=options.stream,
+                         t0=t0, quantity=quantity)
     solver.best_bound_callback = recorder.on_bound
     result: dict = {}
 
@@ -400,7 +401,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     if warm is not None:
         _hint_from_schedule(a, warm)
     run_a = _search(a, options, min(budget_a, left()) if options.threads != 1 else budget_a,
-                    "cpsat makespan", to_time)
+                    "cpsat", to_time, t0, "makespan")
     notes: list[str] = []
     interrupted = run_a.interrupted
     if run_a.status == cp_model.INFEASIBLE:
@@ -442,7 +443,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
             budget_b = max(0.5, options.time_limit - budget_a)
         else:
             budget_b = min(left(), max(2.0, (1 - phase_a_share) * options.time_limit))
-        run_b = _search(b, options, budget_b, "cpsat offload", lambda x: round(x / scaling.memory_scale, 9))
+        run_b = _search(b, options, budget_b, "cpsat", lambda x: round(x / scaling.memory_scale, 9),
+                        t0, "offloaded")
         interrupted = interrupted or run_b.interrupted
         for values in reversed(run_b.values):
             candidate = realise(problem, _model_ops(b, values))
@@ -458,7 +460,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         best_known = min([s.makespan for s in (best, warm) if s is not None], default=None)
         cap_time = _makespan_cap(options, best_known)
         best_mem = _memory_phase(problem, scaling, options, cap_time, [s for s in (best, warm) if s is not None],
-                                 left, extra)
+                                 left, extra, t0)
         interrupted = interrupted or extra.pop("_interrupted", False)
         if best_mem is None:
             if options.makespan_limit is not None:
@@ -489,7 +491,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
 
 
 def _memory_phase(problem: Problem, scaling: Scaling, options: SolveOptions, cap_time: float | None,
-                  known: list[Schedule], left: Callable[[], float], extra: dict) -> Schedule | None:
+                  known: list[Schedule], left: Callable[[], float], extra: dict, t0: float) -> Schedule | None:
     """Minimise the largest peak (then the sum) with the makespan at most ``cap_time``."""
     H = None if cap_time is None else int(cap_time * scaling.time_scale + 1e-6)
     m = _build(problem, scaling, options, H, capacity_vars=True)
@@ -499,7 +501,7 @@ def _memory_phase(problem: Problem, scaling: Scaling, options: SolveOptions, cap
     if start is not None:
         _hint_from_schedule(m, start)
     budget = left() if options.threads != 1 else options.time_limit * 0.5
-    run = _search(m, options, budget, "cpsat memory", lambda x: x)
+    run = _search(m, options, budget, "cpsat", lambda x: x, t0, "peak")
     extra["_interrupted"] = run.interrupted
     extra["_proven"] = run.status == cp_model.OPTIMAL and scaling.exact
     if run.bound is not None and scaling.exact:
