@@ -40,7 +40,7 @@ def test_progress_line_unless_quiet(tmp_path, capsys):
     problem = _write(tmp_path, devices=3, microbatches=4, memory_capacity=2)
     assert main(["solve", str(problem), "-o", str(tmp_path / "s.json"), "--time-limit", "5"]) == 0
     captured = capsys.readouterr()
-    assert "incumbent" in captured.err and "bound" in captured.err
+    assert "cpsat" in captured.err and "makespan" in captured.err and "bound" in captured.err
     assert "makespan" in captured.out and "peak memory" in captured.out
 
 
