@@ -289,7 +289,8 @@ def markdown_table(rows: Sequence[BenchRow]) -> str:
 
 
 def summary_rows(rows: Sequence[BenchRow]) -> list[dict]:
-    """Per method: problems run, valid, skipped, failed, geometric mean of makespan/bound, wins."""
+    """Per method: problems run, valid, skipped, refused over the memory cap, failed (errors and
+    invalid schedules), geometric mean of makespan/bound, wins."""
     methods = list(dict.fromkeys(row.method for row in rows))
     best: dict[str, float] = {}
     for row in rows:
@@ -303,7 +304,8 @@ def summary_rows(rows: Sequence[BenchRow]) -> list[dict]:
         out.append({
             "method": name, "family": mine[0].family, "ran": sum(r.has_schedule for r in mine),
             "valid": len(ok), "skipped": sum(r.status == SKIPPED for r in mine),
-            "failed": sum(r.status in (ERROR, INFEASIBLE) or r.valid is False for r in mine),
+            "over_cap": sum(r.status == INFEASIBLE for r in mine),
+            "failed": sum(r.status == ERROR or r.valid is False for r in mine),
             "geomean_ratio": geo, "best": sum(1 for r in ok if r.makespan <= best[r.problem] + 1e-9),
             "worst_ratio": max((r.ratio for r in ok), default=None),
         })
@@ -311,12 +313,14 @@ def summary_rows(rows: Sequence[BenchRow]) -> list[dict]:
 
 
 def summary_markdown(rows: Sequence[BenchRow]) -> str:
-    lines = ["| method | family | valid schedules | skipped | failed or invalid | geo-mean makespan/bound "
-             "| worst makespan/bound | best on |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | family | valid schedules | skipped (does not apply) | refused (over the memory cap) "
+             "| errors or invalid | geo-mean makespan/bound | worst makespan/bound | best on |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in summary_rows(rows):
         geo = "-" if s["geomean_ratio"] is None else f"{s['geomean_ratio']:.3f}"
         worst = "-" if s["worst_ratio"] is None else f"{s['worst_ratio']:.3f}"
-        lines.append(f"| {s['method']} | {s['family']} | {s['valid']} | {s['skipped']} | {s['failed']} | {geo} "
+        lines.append(f"| {s['method']} | {s['family']} | {s['valid']} | {s['skipped']} | {s['over_cap']} "
+                     f"| {s['failed']} | {geo} "
                      f"| {worst} | {s['best']} |")
     return "\n".join(lines) + "\n"
 

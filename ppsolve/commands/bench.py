@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [r for r in rows if r.valid is False]
     print(f"{len(problems)} problem(s) x {len(methods)} method(s): {sum(r.valid is True for r in rows)} valid, "
           f"{sum(r.status == 'skipped' for r in rows)} skipped, {len(bad)} invalid, "
-          f"{sum(r.status in ('error', 'infeasible') for r in rows)} failed; wrote "
+          f"{sum(r.status == 'infeasible' for r in rows)} refused over the memory cap, "
+          f"{sum(r.status == 'error' for r in rows)} errors; wrote "
           + ", ".join(str(out / name) for name in written))
     return 1 if bad else 0
 
