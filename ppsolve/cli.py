@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file system problem not caught closer to its cause
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"ppsolve {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def entry() -> None:

@@ -24,7 +24,7 @@ import heapq
 from typing import Mapping, Sequence
 
 from ppsolve.errors import DeadlockError, InputError
-from ppsolve.ops import TRANSFER_KINDS, Op, OpKind
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import ScheduledOp
 

@@ -133,3 +133,21 @@ def test_offload_is_described_per_stage():
     schedule = schedule_from_orders(problem, orders)
     assert schedule.offloaded_by_stage() == {0: [0, 1, 3], 1: [2]}
     assert schedule.describe_offload() == "stage 0: microbatches 0-1, 3; stage 1: microbatches 2"
+
+
+@pytest.mark.parametrize("argv", [
+    ["export", "{s}", "--to", "chrome-trace", "-o", "{bad}"],
+    ["plot", "{s}", "-o", "{bad}.png"],
+    ["solve", "{p}", "-o", "{bad}", "--time-limit", "2", "--quiet"],
+])
+def test_unwritable_output_is_one_line(tmp_path, capsys, argv):
+    problem = make_problem(devices=2, microbatches=2)
+    schedule_path = _write_schedule(tmp_path, schedule_from_orders(problem, one_f_one_b_orders(problem)))
+    problem_path = tmp_path / "p.json"
+    problem_path.write_text(json.dumps(problem.to_dict()))
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    args = [a.format(s=schedule_path, p=problem_path, bad=blocker / "out.json") for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write" in err and "Traceback" not in err

@@ -108,4 +108,4 @@ def test_unwritable_output_is_one_line(tmp_path, capsys):
     blocker.write_text("")
     assert main(["baseline", problem, "--method", "1f1b", "-o", str(blocker / "x.json")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ppsolve baseline: error: -o: cannot write") and err.count("\n") == 1
+    assert err.startswith(f"ppsolve baseline: error: {blocker / 'x.json'}: cannot write") and err.count("\n") == 1

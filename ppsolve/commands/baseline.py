@@ -7,7 +7,6 @@ import json
 import sys
 
 from ppsolve.checker import check
-from ppsolve.errors import InputError
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.problem import load_problem
 
@@ -51,10 +50,7 @@ def run(args: argparse.Namespace) -> int:
               f"(see ppsolve baseline --list)", file=sys.stderr)
         return 2
     schedule = method.run(problem, RunOptions(ignore_capacity=args.ignore_capacity))
-    try:
-        schedule.save(args.output)
-    except OSError as exc:
-        raise InputError("-o", f"cannot write {args.output}: {exc.strerror or exc}") from None
+    schedule.save(args.output)
     report = check(schedule)
     broken = bool(schedule.method.extra.get("capacity_broken"))
     gap = schedule.gap

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from ortools.sat.python import cp_model
-
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
 
