@@ -91,19 +91,29 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:
-    """Per device, the least capacity for which some schedule exists.
+    """Per device, a least capacity for which some schedule exists.
 
-    While F(s, j) runs, every stage of the same device below s still holds
-    microbatch j's activation (its B comes after B(s, j)); with one microbatch
-    in flight and W right after B nothing else is held, so this is exact.
-    With offload, the stages below s may have moved their offloadable share to
-    host before F(s, j) starts.
+    Without offload this is exact: while F(s, j) runs, every stage of the same
+    device below s still holds microbatch j's activation (its B comes after
+    B(s, j)); with one microbatch in flight and W right after B nothing else is
+    held.
+
+    With offload it is a lower bound (the least capacity can be higher): the
+    stages below s may have moved their offloadable share to host before F(s, j)
+    starts; but when stage s-1 is on the same device as s, the runtime starts
+    F(s, j) of the first microbatch j to reach stage s the instant the compute op
+    before it ends. That op is a forward of a stage t < s of this device (no B or
+    W can run before any microbatch has reached stage s), and the activation it
+    allocated cannot have left yet, so ``activation[s] + activation[t]`` is held.
     """
     need = []
     for stages in problem.stages_of_device:
         held, worst = 0.0, 0.0
-        for s in stages:
+        for index, s in enumerate(stages):
             worst = max(worst, held + problem.activation[s])
+            if offload and index > 0 and stages[index - 1] == s - 1:
+                earlier = min(problem.activation[t] for t in stages[:index])
+                worst = max(worst, problem.activation[s] + earlier)
             kept = problem.activation[s] - (problem.max_offload(s) if offload else 0.0)
             held += kept
         need.append(worst)
