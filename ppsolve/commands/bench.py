@@ -95,4 +95,7 @@ def _print_table(rows) -> None:
         valid = "[green]yes[/green]" if r.valid else "[red]NO[/red]"
         table.add_row(r.problem, r.method, r.status, f"{r.makespan:g}", f"{r.lower_bound:g}", f"{r.ratio:.3f}",
                       f"{r.bubble_ratio:.1%}", f"{r.peak_memory:g}", f"{r.offloaded:g}", f"{r.seconds:.2f}", valid)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: print whole cells rather than squeezing to 80 columns
+        console = Console(width=200)
+    console.print(table)
