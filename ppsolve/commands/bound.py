@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  critical path of one microbatch: {bound.critical_path:g}")
     print("  per device (head + load + tail): " + ", ".join(f"{b:g}" for b in bound.device_bounds))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
-          + ("; " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
+          + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
     print(f"capacity: {caps}" + ("" if not short else "  -> INFEASIBLE on device(s) "
                                  + ", ".join(str(d) for d, _, _ in short)))
