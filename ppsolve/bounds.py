@@ -6,6 +6,7 @@ infeasible capacity is explained with :func:`min_capacity`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ppsolve.errors import InfeasibleError
@@ -20,13 +21,14 @@ class MakespanBound:
     value: float
     device_bounds: tuple[float, ...]
     critical_path: float
+    memory_bounds: tuple[float, ...] = ()
 
     @property
     def binding(self) -> str:
-        if self.critical_path >= max(self.device_bounds):
-            return "critical path of one microbatch"
-        device = max(range(len(self.device_bounds)), key=self.device_bounds.__getitem__)
-        return f"load of device {device}"
+        candidates = [(self.critical_path, "critical path of one microbatch")]
+        candidates += [(b, f"load of device {d}") for d, b in enumerate(self.device_bounds)]
+        candidates += [(b, f"memory cap of device {d}") for d, b in enumerate(self.memory_bounds)]
+        return max(candidates, key=lambda c: c[0])[1]
 
 
 def _forward_heads(problem: Problem) -> list[float]:
@@ -83,11 +85,46 @@ def device_bound(problem: Problem, device: int) -> float:
     return max(head + load, head + fb_load + after_last_b)
 
 
+def _lifetime(problem: Problem, stage: int) -> float:
+    """Least time from F(s, j) starting to B(s, j) ending: the round trip to the last stage and back."""
+    last = problem.num_stages - 1
+    trip = sum(problem.forward[t] + problem.duration(OpKind.B, t) for t in range(stage, last + 1))
+    return trip + 2 * sum(problem.latency(t, t + 1) for t in range(stage, last))
+
+
+def memory_bound(problem: Problem, device: int) -> float:
+    """A makespan bound from the memory cap of ``device`` (0 when it is unbounded).
+
+    Microbatch j keeps at least ``activation[s] - max_offload(s)`` of stage s on
+    the device over [start of F(s, j), end of B(s, j)), an interval of at least
+    the round-trip time L_s. A cap C lets at most q = floor(C / kept) of these
+    half-open intervals overlap. Intervals that overlap at most q at a time split
+    into q chains of disjoint ones, so one chain holds ceil(m / q) of them:
+    makespan >= (earliest F(s)) + ceil(m / q) * L_s + (what must follow B(s, j)).
+    """
+    cap = problem.capacity[device]
+    if cap is None:
+        return 0.0
+    heads, tails = _forward_heads(problem), _backward_tails(problem)
+    m, best = problem.microbatches, 0.0
+    for s in problem.stages_of_device[device]:
+        kept = problem.activation[s] - problem.max_offload(s)
+        if kept <= 0:
+            continue
+        q = max(1, math.floor(cap / kept + 1e-9))
+        if q >= m:
+            continue
+        after = max(tails[s], problem.backward_weight[s] if problem.split_backward else 0.0)
+        best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + after)
+    return best
+
+
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
     devices = tuple(device_bound(problem, d) for d in range(problem.devices))
+    memory = tuple(memory_bound(problem, d) for d in range(problem.devices))
     path = critical_path(problem)
-    return MakespanBound(max(max(devices), path), devices, path)
+    return MakespanBound(max(max(devices), max(memory), path), devices, path, memory)
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:

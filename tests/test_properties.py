@@ -120,3 +120,14 @@ def test_least_capacity_is_reached_by_the_serial_schedule(problem):
     schedule = make_schedule(problem, simulate(problem, serial_orders(problem)), "serial")
     need = min_capacity(problem, offload=False)
     assert all(abs(a - b) < 1e-9 for a, b in zip(schedule.peak_memory, need))
+
+
+@SETTINGS
+@given(problems(), st.integers(0, 10**6))
+def test_lower_bound_holds_under_the_schedules_own_memory_cap(problem, seed):
+    # Any valid schedule stays valid with each device capped at its own peak: the bound,
+    # which now sees the cap, must still not exceed its makespan.
+    orders, amounts = random_orders(problem, random.Random(seed), offload=problem.can_offload)
+    schedule = make_schedule(problem, simulate(problem, orders, amounts), "random")
+    capped = problem.replace(capacity=tuple(schedule.peak_memory))
+    assert makespan_lower_bound(capped).value <= schedule.makespan + 1e-9

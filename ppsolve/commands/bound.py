@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "makespan_lower_bound": bound.value, "binding": bound.binding,
-            "device_bounds": list(bound.device_bounds), "critical_path": bound.critical_path,
+            "device_bounds": list(bound.device_bounds), "memory_bounds": list(bound.memory_bounds),
+            "critical_path": bound.critical_path,
             "min_capacity": {"no_offload": no_off, "offload": with_off},
             "capacity": list(problem.capacity), "feasible": not short,
         }, indent=1))
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"makespan >= {bound.value:g}  ({bound.binding})")
     print(f"  critical path of one microbatch: {bound.critical_path:g}")
     print("  per device (head + load + tail): " + ", ".join(f"{b:g}" for b in bound.device_bounds))
+    if any(bound.memory_bounds):
+        print("  per device (memory cap: microbatches in flight x round trip): "
+              + ", ".join(f"{b:g}" for b in bound.memory_bounds))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
           + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
