@@ -213,11 +213,12 @@ class _Checker:
         return "h2d" if lane % 2 else "d2h"
 
     def memory(self) -> None:
+        events = memory_events(self.problem, self.schedule.ops)
         for device, cap in enumerate(self.problem.capacity):
             if cap is None:
                 continue
             level = 0.0
-            for time, delta in memory_events(self.problem, self.schedule.ops)[device]:
+            for time, delta in events[device]:
                 level += delta
                 if level > cap + self.eps:
                     self.add("memory", f"device {device} holds {level:g} at time {time:g}, capacity is {cap:g}",

@@ -127,7 +127,7 @@ class Schedule:
         return {stage: sorted(mbs) for stage, mbs in sorted(out.items())}
 
     def describe_offload(self) -> str:
-        """One line: ``stage 0: microbatches 0-5, 7; stage 1: 0-2`` (or ``nothing``)."""
+        """One line: ``stage 0: microbatches 0-5, 7; stage 1: microbatches 0-2`` (or ``nothing``)."""
         parts = [f"stage {stage}: microbatches {_ranges(mbs)}" for stage, mbs in self.offloaded_by_stage().items()]
         return "; ".join(parts) if parts else "nothing"
 

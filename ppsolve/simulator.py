@@ -129,20 +129,21 @@ class _Engine:
         return self.slot[(_KIND_CODE[op.kind] * self.S + op.stage) * self.M + op.microbatch]
 
     def _check_complete(self, where: str) -> None:
-        problem, slot, S, M = self.problem, self.slot, self.S, self.M
-        expected = S * M * len(problem.kinds)
-        present = [sum(1 for key in range(k * S * M, (k + 1) * S * M) if slot[key] >= 0) for k in range(5)]
+        problem = self.problem
+        expected = self.S * self.M * len(problem.kinds)
+        compute = 0
         for op in self.ops:
             kind, s, j = op
             if kind is _W and not problem.split_backward:
                 raise InputError(where, f"{op}: fused backward has no W ops")
-            if kind is _OFF and slot[(4 * S + s) * M + j] < 0:
-                raise InputError(where, f"{op} has no matching RELOAD")
-            if kind is _REL and slot[(3 * S + s) * M + j] < 0:
-                raise InputError(where, f"{op} has no matching OFFLOAD")
-            if (kind is _OFF or kind is _REL) and problem.offload is None:
-                raise InputError(where, f"{op}: the problem has no offload link")
-        compute = present[0] + present[1] + present[2]
+            if kind is _OFF or kind is _REL:
+                partner = Op(_REL if kind is _OFF else _OFF, s, j)
+                if self.index_of(partner) < 0:
+                    raise InputError(where, f"{op} has no matching {partner.kind.value}")
+                if problem.offload is None:
+                    raise InputError(where, f"{op}: the problem has no offload link")
+            else:
+                compute += 1
         if compute != expected:
             missing = next(op for op in problem.compute_ops() if self.index_of(op) < 0)
             raise InputError(where, f"{expected - compute} compute ops are missing, first {missing}")

@@ -13,11 +13,11 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
 
-def best_baseline(problem: Problem, options: RunOptions | None = None,
-                  names: list[str] | None = None) -> Schedule | None:
-    """The fastest schedule any applicable baseline builds within the caps, or None."""
+def applicable_baselines(problem: Problem, options: RunOptions | None = None,
+                         names: list[str] | None = None) -> list[Schedule]:
+    """The schedule of every baseline that applies and fits the caps (refusals are skipped)."""
     options = RunOptions(ignore_capacity=False) if options is None else options
-    best: Schedule | None = None
+    out = []
     for method in all_methods("baseline"):
         if names is not None and method.name not in names:
             continue
@@ -27,8 +27,13 @@ def best_baseline(problem: Problem, options: RunOptions | None = None,
             schedule = method.build(problem, options)
         except PpsolveError:
             continue
-        if schedule.method.extra.get("capacity_broken"):
-            continue
-        if best is None or (schedule.makespan, max(schedule.peak_memory)) < (best.makespan, max(best.peak_memory)):
-            best = schedule
-    return best
+        if not schedule.method.extra.get("capacity_broken"):
+            out.append(schedule)
+    return out
+
+
+def best_baseline(problem: Problem, options: RunOptions | None = None,
+                  names: list[str] | None = None) -> Schedule | None:
+    """The fastest schedule any applicable baseline builds within the caps, or None."""
+    schedules = applicable_baselines(problem, options, names)
+    return min(schedules, key=lambda s: (s.makespan, max(s.peak_memory)), default=None)

@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "method": schedule.method.name, "output": args.output, "makespan": schedule.makespan,
         "lower_bound": schedule.method.lower_bound, "gap": gap, "bubble_ratio": schedule.bubble_ratio,
-        "peak_memory": schedule.peak_memory, "capacity": list(problem.capacity), "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(),
+        "peak_memory": schedule.peak_memory, "capacity": list(problem.capacity), "offloaded": schedule.offloaded,
+        "offloaded_by_stage": schedule.offloaded_by_stage(),
         "capacity_broken": broken, "valid": report.valid, "executable": report.executable,
         "seconds": schedule.method.seconds,
     }

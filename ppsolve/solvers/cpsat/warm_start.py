@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ppsolve.checker import check
 from ppsolve.errors import DeadlockError, PpsolveError
-from ppsolve.methods import RunOptions, all_methods, get_method
+from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.methods import RunOptions, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
@@ -169,23 +170,15 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
     """Schedules of the registered baselines that apply ('auto'), or of one named method."""
     if choice == "none":
         return []
-    methods = [get_method(choice)] if choice != "auto" else all_methods("baseline")
     options = RunOptions(time_limit=time_limit, threads=1, seed=0, quiet=True, warm_start="none")
-    out = []
-    for method in methods:
-        if method.why_not(problem) is not None:
-            if choice != "auto":
-                raise PpsolveError(f"warm start {method.name} does not apply: {method.why_not(problem)}")
-            continue
-        try:
-            schedule = method.run(problem, options)
-        except PpsolveError:
-            if choice != "auto":
-                raise
-            continue
-        if acceptable(schedule):
-            out.append(schedule)
-    return out
+    if choice == "auto":
+        return [s for s in applicable_baselines(problem, options) if acceptable(s)]
+    method = get_method(choice)
+    reason = method.why_not(problem)
+    if reason is not None:
+        raise PpsolveError(f"warm start {method.name} does not apply: {reason}")
+    schedule = method.run(problem, options)
+    return [schedule] if acceptable(schedule) else []
 
 
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None) -> Schedule | None:
