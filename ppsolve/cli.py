@@ -27,6 +27,7 @@ COMMANDS = [
     "frontier",
     "run",
     "profile",
+    "problem",
 ]
 
 

@@ -1,0 +1,96 @@
+"""``ppsolve problem MODEL.json --gpu H100 --devices D --microbatches M -o PROBLEM.json``.
+
+Costs from the transformer formulas and a GPU profile; the layer partition given
+(``even``, ``3,5,5,3``, ``Et*3|t*5|t*5|t*3L``) or chosen (``auto``: ranked by the
+lower bound, then the solver on the best few).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ppsolve.problem import PLACEMENTS
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "problem", help="write a problem file from a transformer description and a GPU (cost model)",
+        description="Times in ms, memory in GiB. Exit 0: written; 2: bad input. The x-costmodel annotation of "
+                    "the file says where every number came from; x-partition records the layers per stage.")
+    parser.add_argument("model", help="transformer description (ppsolve/transformer@1; see `ppsolve schema transformer`)")
+    hw = parser.add_mutually_exclusive_group(required=True)
+    hw.add_argument("--gpu", help="a bundled GPU profile: A100, H100, H200, GH200")
+    hw.add_argument("--hardware", help="hardware description (ppsolve/hardware@1): a profile and overrides")
+    parser.add_argument("--p2p", choices=("nvlink", "infiniband"), help="link between ranks (default nvlink)")
+    parser.add_argument("--devices", type=int, required=True, help="pipeline ranks d")
+    parser.add_argument("--chunks", type=int, default=1, help="stages per device v (default 1)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="linear")
+    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m per iteration")
+    parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
+    parser.add_argument("--backward", choices=("split", "fused"), default="split")
+    parser.add_argument("--offload", action="store_true", help="allow offload over the GPU's host link")
+    parser.add_argument("--capacity", default="hbm", metavar="hbm|none|GIB",
+                        help="activation cap per device: hbm (default: HBM less weights and Adam state), none, "
+                             "or GiB")
+    parser.add_argument("--partition", default="even", metavar="even|auto|LAYOUT",
+                        help="layers per stage: even (default), auto, '3,5,5,3' or 'Et*3|t*5|t*5|t*3L'")
+    parser.add_argument("--top", type=int, default=3, metavar="K", help="auto: partitions the solver runs on (3)")
+    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                        help="auto: solver seconds per partition (default 10)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="auto: CP-SAT workers")
+    parser.add_argument("-o", "--output", required=True, help="problem file to write")
+    return parser
+
+
+def _capacity(text: str):
+    from ppsolve.errors import InputError
+
+    if text in ("hbm", "none"):
+        return None if text == "none" else "hbm"
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError("--capacity", f"must be hbm, none or a number of GiB, got {text!r}") from None
+    if not value > 0:
+        raise InputError("--capacity", f"must be > 0, got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from ppsolve.costmodel import Layout, build_problem, load_hardware, load_transformer, parse_partition
+    from ppsolve.costmodel.partition import even_partition
+    from ppsolve.costmodel.report import render_k_table, render_stages, render_trials
+    from ppsolve.errors import InputError
+    from ppsolve.jsonio import write_json_atomic
+
+    for name in ("devices", "chunks", "microbatches", "top"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(args, name)}")
+    model = load_transformer(args.model).with_micro_batch_size(args.micro_batch_size)
+    hardware = load_hardware(args.gpu or args.hardware)
+    if args.p2p:
+        hardware = replace(hardware, p2p=args.p2p)
+    layout = Layout(devices=args.devices, microbatches=args.microbatches, chunks=args.chunks,
+                    placement=args.placement, backward=args.backward, offload=args.offload,
+                    capacity=_capacity(args.capacity))
+    make = lambda partition: build_problem(model, hardware, layout, partition)  # noqa: E731
+    if args.partition.strip() == "auto":
+        from ppsolve.costmodel.search import search_partition
+
+        result = search_partition(make, even_partition(model.layers, layout.stages), top=args.top,
+                                  time_limit=args.time_limit, threads=args.threads)
+        problem = result.best.candidate.problem
+        print(f"auto partition: {result.scored} partitions ranked by lower bound, the solver on the best "
+              f"{len(result.trials)} ({args.time_limit:g} s each)")
+        print(render_trials(result.trials, result.best))
+    else:
+        problem = make(parse_partition(args.partition, model.layers, layout.stages))
+    write_json_atomic(args.output, problem.to_dict())
+    print(f"{model.name} on {layout.devices} x {hardware.gpu.name} ({hardware.p2p}), {layout.stages} stages "
+          f"{layout.placement}, {layout.microbatches} microbatches, {layout.backward} backward")
+    print(render_stages(problem))
+    print(render_k_table(model, hardware))
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,164 @@
+"""Model and hardware descriptions: read, validated against their JSON Schemas, typed.
+
+A transformer description (``ppsolve/transformer@1``) gives the sizes the cost
+formulas need; a hardware description (``ppsolve/hardware@1``) names a bundled
+GPU profile (``data/gpus.json``) and overrides any of its figures.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from ppsolve.errors import InputError
+from ppsolve.jsonio import read_json
+from ppsolve.schemas import validate_with
+
+SCHEMA_NAMES = ("transformer", "hardware", "gpus")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@lru_cache(maxsize=None)
+def load_costmodel_schema(name: str) -> dict:
+    """The JSON Schema of a ``transformer``, ``hardware`` or ``gpus`` file."""
+    if name not in SCHEMA_NAMES:
+        raise ValueError(f"unknown schema {name!r}; choose from {', '.join(SCHEMA_NAMES)}")
+    return json.loads(resources.files(__package__).joinpath(f"data/{name}.schema.json").read_text(encoding="utf-8"))
+
+
+def _validate(data: Any, name: str, where: str) -> None:
+    validate_with(jsonschema.Draft202012Validator(load_costmodel_schema(name)), data, where)
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer: sizes (h, s, b, V, ...), precision and recomputation."""
+
+    layers: int
+    hidden: int
+    heads: int
+    sequence: int
+    micro_batch_size: int
+    vocabulary: int
+    ffn: int
+    kv_groups: int
+    dtype: str = "bf16"
+    gated_mlp: bool = False
+    flash_attention: bool = True
+    recompute: str = "none"
+    name: str = "transformer"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys (and of the values): kv_groups x head size."""
+        return self.kv_groups * (self.hidden // self.heads)
+
+    def with_micro_batch_size(self, size: int | None) -> "Transformer":
+        if size is None:
+            return self
+        if size < 1:
+            raise InputError("--micro-batch-size", f"must be >= 1, got {size}")
+        return replace(self, micro_batch_size=size)
+
+    def to_dict(self) -> dict:
+        return {"format": "ppsolve/transformer@1", **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
+    """Validate a transformer description; InputError names the bad field."""
+    _validate(data, "transformer", where)
+    hidden, heads = data["hidden"], data["heads"]
+    if hidden % heads:
+        raise InputError(f"{where}.heads", f"must divide hidden ({hidden}), got {heads}")
+    kv_groups = data.get("kv_groups", heads)
+    if heads % kv_groups:
+        raise InputError(f"{where}.kv_groups", f"must divide heads ({heads}), got {kv_groups}")
+    known = {f.name for f in fields(Transformer)}
+    given = {k: v for k, v in data.items() if k in known}
+    return Transformer(**{**given, "ffn": data.get("ffn", 4 * hidden), "kv_groups": kv_groups,
+                          "name": data.get("name", "transformer")})
+
+
+def load_transformer(path: str | Path) -> Transformer:
+    return transformer_from_dict(read_json(path, "model"))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's sustained figures (GB/s are 1e9 bytes per second per direction)."""
+
+    name: str
+    tflops: float
+    hbm_gib: float
+    host_link_gbps: float
+    shared_pcie_switch: bool
+    nvlink_gbps: float
+    infiniband_gbps: float
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+_GPU_FIGURES = ("tflops", "hbm_gib", "host_link_gbps", "shared_pcie_switch", "nvlink_gbps", "infiniband_gbps")
+
+
+@lru_cache(maxsize=None)
+def bundled_gpus() -> dict[str, Gpu]:
+    """The bundled GPU profiles by upper-case name (validated against ``gpus.schema.json``)."""
+    data = json.loads(resources.files(__package__).joinpath("data/gpus.json").read_text(encoding="utf-8"))
+    _validate(data, "gpus", "gpus.json")
+    return {name.upper(): Gpu(name=name, **{k: entry[k] for k in _GPU_FIGURES}, sources=entry.get("x-sources", {}))
+            for name, entry in data["gpus"].items()}
+
+
+def gpu_named(name: str, where: str = "hardware.gpu") -> Gpu:
+    """A bundled GPU profile, case-insensitively; a miss lists the known ones."""
+    try:
+        return bundled_gpus()[name.upper()]
+    except KeyError:
+        raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}") from None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPU every rank has, and the p2p link between consecutive ranks."""
+
+    gpu: Gpu
+    p2p: str = "nvlink"
+    p2p_latency_ms: float = 0.01
+    overridden: tuple[str, ...] = ()
+
+    @property
+    def p2p_gbps(self) -> float:
+        return self.gpu.nvlink_gbps if self.p2p == "nvlink" else self.gpu.infiniband_gbps
+
+    def source_of(self, figure: str) -> str:
+        if figure in self.overridden:
+            return "the hardware description"
+        return self.gpu.sources.get(figure, f"bundled {self.gpu.name} profile")
+
+
+def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
+    """Validate a hardware description; InputError names the bad field."""
+    _validate(data, "hardware", where)
+    gpu = gpu_named(data["gpu"], f"{where}.gpu")
+    overrides = {k: data[k] for k in _GPU_FIGURES if k in data}
+    return Hardware(gpu=replace(gpu, **overrides), p2p=data.get("p2p", "nvlink"),
+                    p2p_latency_ms=float(data.get("p2p_latency_ms", 0.01)), overridden=tuple(sorted(overrides)))
+
+
+def load_hardware(text: str) -> Hardware:
+    """A hardware file, or a bare GPU name (``H100``) meaning its bundled profile over NVLink."""
+    if text.upper() in bundled_gpus():
+        return hardware_from_dict({"gpu": text})
+    if not Path(text).exists() and not text.endswith(".json"):
+        gpu_named(text, "--hardware")  # raises: neither a file nor a known GPU
+    return hardware_from_dict(read_json(text, "hardware"))
