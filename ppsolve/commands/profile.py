@@ -21,6 +21,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--offload", action="store_true", help="allow offload, with the measured host-copy bandwidth")
     parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
+    parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
+                        help="blocks per stage: even (default), '1,3' or 'Et*1|t*3L'; recorded in the file")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto (default): cuda:0 when CUDA is available, else CPU; cuda is refused without CUDA")
@@ -29,6 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ppsolve.costmodel.partition import parse_partition
     from ppsolve.errors import InputError
     from ppsolve.executor.device import select_device
     from ppsolve.executor.profiler import profile
@@ -39,14 +42,17 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
     spec = load_model_spec(args.model).with_micro_batch_size(args.micro_batch_size)
+    stages = args.devices * args.chunks
+    partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
     device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
-                      repeats=args.repeats, device=device)
+                      repeats=args.repeats, device=device, partition=partition)
     write_json_atomic(args.output, problem.to_dict())
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
     print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
+    print(f"  partition:          {problem.annotations['x-partition']['layout']}")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")

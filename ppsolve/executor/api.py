@@ -44,7 +44,7 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
     spec = spec.with_micro_batch_size(micro_batch_size)
     problem = schedule.problem
-    spec.layers_of_stages(problem.num_stages, where=f"model {spec.name}: layers")
+    spec.blocks_of_stages(problem.num_stages, problem.annotations)
     if ranks is not None and ranks != problem.devices:
         raise InputError("ranks", f"the schedule is for {problem.devices} devices but {ranks} ranks were launched")
     report = check(schedule)

@@ -106,10 +106,11 @@ def build_parts(spec: ModelSpec) -> dict[str, nn.Module]:
     return parts
 
 
-def build_stages(spec: ModelSpec, stages: int, keep: set[int] | None = None) -> dict[int, StageModule]:
-    """Stage modules (only those in ``keep`` when given): blocks spread evenly,
-    embedding on stage 0, head on the last stage."""
-    layers = spec.layers_of_stages(stages)
+def build_stages(spec: ModelSpec, stages: int, keep: set[int] | None = None,
+                 blocks: list[range] | None = None) -> dict[int, StageModule]:
+    """Stage modules (only those in ``keep`` when given): the blocks of each stage as
+    ``blocks`` says (default: spread evenly), embedding on stage 0, head on the last stage."""
+    layers = blocks if blocks is not None else spec.layers_of_stages(stages)
     parts = build_parts(spec)
     out = {}
     for s, blocks in enumerate(layers):

@@ -17,6 +17,7 @@ from statistics import median
 
 import torch
 
+from ppsolve.costmodel.partition import ANNOTATION, Partition
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device, make_device
 from ppsolve.executor.spec import ModelSpec
@@ -55,14 +56,18 @@ def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x,
 
 def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbatches: int, *,
             split: bool = True, offload: bool = False, p2p: float = 0.0, capacity: float | None = None,
-            warmup: int = 2, repeats: int = 5, device: str = "cpu") -> Problem:
-    """Measure every stage on ``device`` ("cpu" or "cuda") and return the problem (validated)."""
+            warmup: int = 2, repeats: int = 5, device: str = "cpu", partition: Partition | None = None) -> Problem:
+    """Measure every stage on ``device`` ("cpu" or "cuda") and return the problem (validated).
+
+    ``partition``: the blocks of each stage (default: an even split); the file records it."""
     num_stages = devices * chunks
     expand_placement(placement, devices, chunks, "--placement")
-    spec.layers_of_stages(num_stages, where=f"model {spec.name}: layers")
+    if partition is None:
+        partition = Partition(tuple(len(r) for r in spec.layers_of_stages(num_stages, f"model {spec.name}: layers")))
     torch.set_num_threads(1)
     dev = make_device(device)
-    modules = {s: dev.place(m) for s, m in models.build_stages(spec, num_stages).items()}
+    built = models.build_stages(spec, num_stages, blocks=partition.blocks())
+    modules = {s: dev.place(m) for s, m in built.items()}
     x, target = (dev.place(t) for t in models.microbatch(spec, 0))
     fwd, bwd_in, bwd_w, act, holds = [], [], [], [], []
     for s in range(num_stages):
@@ -83,6 +88,7 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         "backward": "split" if split else "fused",
         "time": {"forward": fwd, "backward_input": bwd_in, "backward_weight": bwd_w, "p2p": p2p},
         "memory": {"activation": act, "weight_hold": holds if split else 0, "capacity": capacity},
+        ANNOTATION: partition.annotation(),
         "x-profile": {"model": spec.to_dict(), "units": {"time": "ms", "memory": "MiB"},
                       "torch": torch.__version__, "threads": 1, "device": dev.kind,
                       "activation_bytes": [int(a * MIB) for a in act],

@@ -88,7 +88,8 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     problem = schedule.problem
     S, M = problem.num_stages, problem.microbatches
     mine = set(problem.stages_of_device[rank])
-    modules = {s: dev.place(m) for s, m in models.build_stages(spec, S, keep=mine).items()}
+    built = models.build_stages(spec, S, keep=mine, blocks=spec.blocks_of_stages(S, problem.annotations))
+    modules = {s: dev.place(m) for s, m in built.items()}
     params = [p for m in modules.values() for p in m.parameters()]
     ordered = (job.comm or ("ordered" if dev.backend == "nccl" else "tagged")) == "ordered"
     channels = Channels(schedule, rank, dev.device, job.timeout_s) if ordered else None

@@ -1,8 +1,9 @@
 """Model description files (``models/*.json``), read and validated without torch.
 
 A model is a chain of parts: an embedding (or input layer), ``layers`` blocks and a
-head with its loss. Cut into S stages, the blocks are spread evenly (``layers`` must
-be a multiple of S), the embedding joins stage 0 and the head the last stage.
+head with its loss. Cut into S stages, the blocks are spread as the problem file's
+``x-partition`` says, else evenly (``layers`` must then be a multiple of S); the
+embedding joins stage 0 and the head the last stage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppsolve.costmodel.partition import recorded_partition
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
 
@@ -52,6 +54,15 @@ class ModelSpec:
                                     f"(use a multiple of {stages})")
         per = self.layers // stages
         return [range(s * per, (s + 1) * per) for s in range(stages)]
+
+    def blocks_of_stages(self, stages: int, annotations: dict | None = None,
+                         where: str = "problem.x-partition") -> list[range]:
+        """The block indices of each stage: the partition a problem file records
+        (``x-partition``, see :mod:`ppsolve.costmodel.partition`), else an even split."""
+        partition = recorded_partition(annotations or {}, self.layers, stages, where)
+        if partition is None:
+            return self.layers_of_stages(stages, where=f"model {self.name}: layers")
+        return partition.blocks()
 
     def to_dict(self) -> dict:
         return {"format": MODEL_FORMAT, "name": self.name, "kind": self.kind, **self.dims,

@@ -29,7 +29,8 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     problem = schedule.problem
     S, M = problem.num_stages, problem.microbatches
     mine = sorted(problem.stages_of_device[rank])
-    modules = {s: dev.place(m) for s, m in models.build_stages(spec, S, keep=set(mine)).items()}
+    built = models.build_stages(spec, S, keep=set(mine), blocks=spec.blocks_of_stages(S, problem.annotations))
+    modules = {s: dev.place(m) for s, m in built.items()}
     stages = [PipelineStage(modules[s], s, S, dev.device) for s in mine]
     runtime = _PipelineScheduleRuntime(stages, n_microbatches=M, loss_fn=models.loss_fn(spec), scale_grads=True)
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as handle:
