@@ -91,3 +91,12 @@ def test_cli_refuses_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no offload action" in err[0]
     assert main(["run", str(path), "--model", str(MODELS / "missing.json")]) == 2
+
+
+def test_recorded_partition_decides_the_stages_and_must_fit_the_model():
+    spec = load_model_spec(MODELS / "gpt-tiny.json")
+    assert [list(r) for r in spec.blocks_of_stages(3, {"x-partition": {"layers": [1, 2, 1]}})] == [[0], [1, 2], [3]]
+    assert [list(r) for r in spec.blocks_of_stages(2, {})] == [[0, 1], [2, 3]]
+    with pytest.raises(InputError) as info:
+        spec.blocks_of_stages(3, {"x-partition": {"layers": [2, 2, 2]}})
+    assert info.value.field == "problem.x-partition.layers"

@@ -119,3 +119,21 @@ def test_profile_then_run_end_to_end(tmp_path):
     measured = [outcome.results[s].activation_bytes[s][0] for s in range(2)]
     assert measured == profiled
     _assert_peaks_match(outcome)
+
+
+def test_uneven_partition_profiled_and_run_from_the_problem_file(tmp_path, capsys):
+    # 4 blocks on 3 stages cannot be split evenly: the partition recorded by profile is what runs.
+    from ppsolve.cli import main
+
+    prob, sched = tmp_path / "p.json", tmp_path / "s.json"
+    assert main(["profile", "--model", str(GPT), "--devices", "3", "--microbatches", "3", "--repeats", "1",
+                 "--device", "cpu", "--partition", "Et*1|t*2|t*1L", "-o", str(prob)]) == 0
+    data = json.loads(prob.read_text())
+    assert data["x-partition"]["layers"] == [1, 2, 1]
+    assert main(["baseline", str(prob), "--method", "1f1b", "-o", str(sched)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(sched), "--model", str(GPT), "--check", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert ": OK" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3 and all(r[1] == r[2] for r in rows)  # measured peak == predicted, every rank

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ppsolve.costmodel import Layout, build_problem, load_hardware, load_transformer, parse_partition
+    from ppsolve.costmodel.descriptions import hardware_of_gpu
     from ppsolve.costmodel.partition import even_partition
     from ppsolve.costmodel.report import render_k_table, render_stages, render_trials
     from ppsolve.errors import InputError
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(args, name)}")
     model = load_transformer(args.model).with_micro_batch_size(args.micro_batch_size)
-    hardware = load_hardware(args.gpu or args.hardware)
+    hardware = hardware_of_gpu(args.gpu) if args.gpu else load_hardware(args.hardware)
     if args.p2p:
         hardware = replace(hardware, p2p=args.p2p)
     layout = Layout(devices=args.devices, microbatches=args.microbatches, chunks=args.chunks,

@@ -155,10 +155,10 @@ def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
                     p2p_latency_ms=float(data.get("p2p_latency_ms", 0.01)), overridden=tuple(sorted(overrides)))
 
 
-def load_hardware(text: str) -> Hardware:
-    """A hardware file, or a bare GPU name (``H100``) meaning its bundled profile over NVLink."""
-    if text.upper() in bundled_gpus():
-        return hardware_from_dict({"gpu": text})
-    if not Path(text).exists() and not text.endswith(".json"):
-        gpu_named(text, "--hardware")  # raises: neither a file nor a known GPU
-    return hardware_from_dict(read_json(text, "hardware"))
+def hardware_of_gpu(name: str, where: str = "--gpu") -> Hardware:
+    """A bundled GPU profile as it is, ranks linked by NVLink."""
+    return Hardware(gpu=gpu_named(name, where))
+
+
+def load_hardware(path: str | Path) -> Hardware:
+    return hardware_from_dict(read_json(path, "hardware"))
