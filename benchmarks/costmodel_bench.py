@@ -1,0 +1,166 @@
+"""The cost model's section of BENCHMARKS.md: ``--partition auto`` against the even
+partition, and every instance of instances/papers solved beside the published schedules.
+
+    python benchmarks/costmodel_bench.py [--time-limit 10] [--paper-time-limit 30] [--out BENCHMARKS.md]
+
+Every run uses CP-SAT with one thread and seed 0. Auto and even get the same solver
+and the same time limit per solve (auto solves its ``--top`` best partitions).
+The section sits between two markers in BENCHMARKS.md and is replaced in place
+(appended when absent); the rest of the file is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ppsolve.bench import run_one  # noqa: E402
+from ppsolve.costmodel import (Layout, build_problem, even_partition, hardware_from_dict,  # noqa: E402
+                               transformer_from_dict)
+from ppsolve.costmodel.search import search_partition  # noqa: E402
+from ppsolve.methods import RunOptions, get_method  # noqa: E402
+from ppsolve.problem import load_problem, problem_from_dict  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- costmodel:begin -->", "<!-- costmodel:end -->"
+LLAMA_1B = json.loads((ROOT / "models/transformers/llama-1b-like.json").read_text())
+LLAMA_3B = {"name": "llama-3b-like", "layers": 28, "hidden": 3072, "ffn": 8192, "heads": 24, "kv_groups": 8,
+            "sequence": 4096, "micro_batch_size": 1, "vocabulary": 128256, "gated_mlp": True}
+GPT_2B = {"name": "gpt-2b-128k", "layers": 24, "hidden": 2560, "heads": 20, "sequence": 2048,
+          "micro_batch_size": 2, "vocabulary": 128000}
+
+
+@dataclass(frozen=True)
+class Case:
+    model: dict
+    gpu: str
+    layout: Layout
+
+
+CASES = [
+    Case(LLAMA_1B, "H100", Layout(devices=4, microbatches=8)),
+    Case(LLAMA_3B, "A100", Layout(devices=8, microbatches=16)),
+    Case(GPT_2B, "H100", Layout(devices=4, microbatches=8, chunks=2, placement="vshape")),
+    Case(LLAMA_1B, "GH200", Layout(devices=4, microbatches=8, chunks=2, placement="interleaved")),
+]
+
+
+def auto_vs_even(case: Case, time_limit: float, top: int) -> dict:
+    model = transformer_from_dict(case.model)
+    hardware = hardware_from_dict({"gpu": case.gpu})
+    make = lambda p: build_problem(model, hardware, case.layout, p)  # noqa: E731
+    even = even_partition(model.layers, case.layout.stages)
+    options = RunOptions(time_limit=time_limit, threads=1, seed=0)
+    row, _ = run_one(make(even), get_method("cpsat"), options)
+    began = time.perf_counter()
+    result = search_partition(make, even, top=top, time_limit=time_limit, threads=1)
+    auto = result.best.schedule
+    return {"case": f"{model.name}, {case.gpu}, d{case.layout.devices} {case.layout.placement} "
+                    f"v{case.layout.chunks}, m{case.layout.microbatches}",
+            "even": even.layout, "even_makespan": row.makespan, "even_status": row.status,
+            "auto": result.best.candidate.partition.layout, "auto_makespan": auto.makespan,
+            "auto_status": auto.method.status, "ranked": result.scored, "solved": len(result.trials),
+            "seconds": time.perf_counter() - began}
+
+
+def paper_rows(path: Path, time_limit: float) -> list[dict]:
+    """The published schedules that apply (1F1B with fused backward, as the paper runs it) and CP-SAT."""
+    problem = load_problem(path)
+    fused = problem_from_dict({**problem.to_dict(), "backward": "fused"})
+    published = problem.annotations.get("x-published", {}).get("bubble_rate", {})
+    runs = [("1f1b (fused)", fused, "1f1b")] + [(m, problem, m) for m in (
+        "zb-h1", "zb-h2", "interleaved-1f1b", "gis", "po-h", "po-f")] + [("cpsat", problem, "cpsat")]
+    rows = []
+    for label, prob, name in runs:
+        method = get_method(name)
+        if method.why_not(prob) is not None:
+            continue
+        limit = time_limit if name == "cpsat" else None
+        row, schedule = run_one(prob, method, RunOptions(time_limit=limit, threads=1, seed=0))
+        key = "1f1b" if name == "1f1b" else name
+        rows.append({"instance": path.stem, "method": label, "status": row.status, "makespan": row.makespan,
+                     "bubble": row.bubble_ratio, "published": published.get(key), "peak": row.peak_memory,
+                     "offloaded": row.offloaded, "valid": row.valid, "seconds": row.seconds,
+                     "bound": schedule.method.lower_bound if schedule is not None else None,
+                     "note": row.note})
+    return rows
+
+
+def _f(x, digits=2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) -> str:
+    lines = [BEGIN, "## Cost model: partition search and paper instances", "",
+             "Written by `python benchmarks/costmodel_bench.py "
+             f"--time-limit {args.time_limit:g} --paper-time-limit {args.paper_time_limit:g} --top {args.top}` "
+             "(CP-SAT, 1 thread, seed 0, on the shared 2-core build machine). Problems from `ppsolve problem` "
+             "(times in ms, memory in GiB; capacity = HBM less weights and Adam state).", "",
+             "### `--partition auto` against the even partition", "",
+             f"Same solver, same {args.time_limit:g} s limit per solve; auto ranks partitions by the makespan lower "
+             f"bound and solves the best {args.top}. E = embedding, L = LM head with the loss.", "",
+             "| case | even partition | even makespan | auto partition | auto makespan | auto vs even | "
+             "ranked / solved | search s |", "|---|---|---|---|---|---|---|---|"]
+    for r in auto_rows:
+        gain = 1 - r["auto_makespan"] / r["even_makespan"]
+        lines.append(f"| {r['case']} | `{r['even']}` | {_f(r['even_makespan'])} ({r['even_status']}) | "
+                     f"`{r['auto']}` | {_f(r['auto_makespan'])} ({r['auto_status']}) | {gain:+.1%} faster | "
+                     f"{r['ranked']} / {r['solved']} | {r['seconds']:.0f} |")
+    lines += ["", "### Paper instances (`instances/papers/`)", "",
+              f"Published schedules beside CP-SAT ({args.paper_time_limit:g} s). `published` is the zero-bubble "
+              "paper's Table 5 bubble rate where one exists; bubble = 1 - m(F+B+W) / makespan. 1F1B runs B and W as "
+              "one backward, as in the paper. All schedules pass the checker unless the note says otherwise.", "",
+              "| instance | method | status | makespan | bubble | published | peak GiB | offloaded GiB | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in paper:
+        note = r["note"] or ("" if r["valid"] in (True, None) else "INVALID")
+        lines.append(f"| {r['instance']} | {r['method']} | {r['status']} | {_f(r['makespan'])} | "
+                     f"{_f(r['bubble'], 4)} | {_f(r['published'], 4)} | {_f(r['peak'])} | {_f(r['offloaded'])} | "
+                     f"{note} |")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str, path: Path) -> None:
+    old = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
+    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    path.write_text(new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--paper-time-limit", type=float, default=30.0)
+    parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--papers", default=str(ROOT / "instances/papers"))
+    parser.add_argument("--skip-auto", action="store_true")
+    parser.add_argument("--json", help="also write the raw rows here")
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    auto_rows = []
+    if not args.skip_auto:
+        for case in CASES:
+            auto_rows.append(auto_vs_even(case, args.time_limit, args.top))
+            print(json.dumps(auto_rows[-1]), flush=True)
+    paper = []
+    for path in sorted(Path(args.papers).glob("*.json")):
+        paper += paper_rows(path, args.paper_time_limit)
+        for r in paper:
+            if r["instance"] == path.stem:
+                print(json.dumps(r), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"auto": auto_rows, "papers": paper}, indent=1))
+    write_section(section(auto_rows, paper, args), Path(args.out))
+    print(f"wrote the cost model section of {args.out}")
+
+
+if __name__ == "__main__":
+    main()
