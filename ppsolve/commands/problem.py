@@ -17,7 +17,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "problem", help="write a problem file from a transformer description and a GPU (cost model)",
         description="Times in ms, memory in GiB. Exit 0: written; 2: bad input. The x-costmodel annotation of "
                     "the file says where every number came from; x-partition records the layers per stage.")
-    parser.add_argument("model", help="transformer description (ppsolve/transformer@1; see `ppsolve schema transformer`)")
+    parser.add_argument("model", help="transformer description (ppsolve/transformer@1; `ppsolve schema transformer`)")
     hw = parser.add_mutually_exclusive_group(required=True)
     hw.add_argument("--gpu", help="a bundled GPU profile: A100, H100, H200, GH200")
     hw.add_argument("--hardware", help="hardware description (ppsolve/hardware@1): a profile and overrides")

@@ -136,7 +136,8 @@ def _sources(hardware: Hardware, layout: Layout) -> dict:
                                       f"{formulas.STATIC_BYTES_PER_PARAM} bytes per parameter of the device's stages "
                                       "(mixed-precision Adam, ZeRO paper)")
     if layout.offload:
-        sources["offload.bandwidth"] = f"{gpu.host_link_gbps:g} GB/s per direction ({hardware.source_of('host_link_gbps')})"
+        sources["offload.bandwidth"] = (f"{gpu.host_link_gbps:g} GB/s per direction "
+                                        f"({hardware.source_of('host_link_gbps')})")
         sources["offload.links"] = f"shared PCIe switch: {gpu.shared_pcie_switch} " \
                                    f"({hardware.source_of('shared_pcie_switch')})"
     return sources
