@@ -153,3 +153,21 @@ def test_weights_that_do_not_fit_are_refused():
     with pytest.raises(InputError, match="do not fit"):
         build_problem(big, hardware_from_dict({"gpu": "A100"}), Layout(devices=2, microbatches=2),
                       even_partition(64, 2))
+
+
+def test_partition_search_finds_the_least_bound_of_all_partitions():
+    # 4 stages, 10 blocks, a 128k-vocabulary head: every partition enumerated, the best bound found.
+    from itertools import product
+
+    from ppsolve.bounds import makespan_lower_bound
+    from ppsolve.costmodel.search import rank_partitions
+
+    model = transformer_from_dict({**json.loads(LLAMA.read_text()), "layers": 10})
+    hw, layout = hardware_from_dict({"gpu": "H100"}), Layout(devices=4, microbatches=8, capacity=None)
+    make = lambda p: build_problem(model, hw, layout, p)  # noqa: E731
+    ranked, scored = rank_partitions(make, even_partition(10, 4))
+    every = [Partition(c) for c in product(range(11), repeat=4) if sum(c) == 10 and c[1] and c[2]]
+    least = min(makespan_lower_bound(make(p)).value for p in every)
+    assert ranked[0].bound == pytest.approx(least)
+    assert scored < len(every)  # it did not enumerate them all
+    assert [c.score for c in ranked] == sorted(c.score for c in ranked)
