@@ -7,6 +7,7 @@ fused backward), the ZB schedules split them. Only rates within 0.005 count as r
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -18,8 +19,12 @@ from ppsolve.problem import load_problem, problem_from_dict
 
 PAPERS = Path(__file__).resolve().parent.parent / "instances" / "papers"
 TOLERANCE = 0.005
-ZB_FAITHFUL = "ZB-H1/H2 are made faithful to the reference on branch baselines; once merged the reproduced "\
-              "rates pass (1.5B ZB-H2, 28.3B ZB-H1: drop their marks) and the others stay off (see BENCHMARKS.md)"
+# ZB-H1/H2 follow the reference implementation once branch `baselines` is in (its zb_auto module is
+# the sign); before that they are 1F1B-like here and no ZB rate can be reproduced.
+FAITHFUL_ZB = importlib.util.find_spec("ppsolve.baselines.zb_auto") is not None
+BEFORE_FAITHFUL = pytest.mark.xfail(not FAITHFUL_ZB, strict=True, reason="ZB baselines not yet faithful")
+NOT_REPRODUCED = pytest.mark.xfail(strict=True, reason="not reproduced (with branch baselines: 1.5B ZB-H1 0.1397 "
+                                   "vs 0.1585, 28.3B ZB-H2 0.1100 vs 0.0641); see BENCHMARKS.md")
 
 
 def _published(name: str, method: str) -> float:
@@ -46,10 +51,10 @@ def test_1f1b_bubble_rate_is_reproduced(name):
 
 
 @pytest.mark.parametrize("name, method", [
-    pytest.param("zb-1.5b-p8-m24.json", "zb-h1", marks=pytest.mark.xfail(strict=True, reason=ZB_FAITHFUL)),
-    pytest.param("zb-1.5b-p8-m24.json", "zb-h2", marks=pytest.mark.xfail(strict=True, reason=ZB_FAITHFUL)),
-    pytest.param("zb-28.3b-p32-m96.json", "zb-h1", marks=pytest.mark.xfail(strict=True, reason=ZB_FAITHFUL)),
-    pytest.param("zb-28.3b-p32-m96.json", "zb-h2", marks=pytest.mark.xfail(strict=True, reason=ZB_FAITHFUL)),
+    pytest.param("zb-1.5b-p8-m24.json", "zb-h1", marks=NOT_REPRODUCED),
+    pytest.param("zb-1.5b-p8-m24.json", "zb-h2", marks=BEFORE_FAITHFUL),
+    pytest.param("zb-28.3b-p32-m96.json", "zb-h1", marks=BEFORE_FAITHFUL),
+    pytest.param("zb-28.3b-p32-m96.json", "zb-h2", marks=NOT_REPRODUCED),
 ])
 def test_zero_bubble_rates(name, method):
     assert _bubble(name, method) == pytest.approx(_published(name, method), abs=TOLERANCE)
