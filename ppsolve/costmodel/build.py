@@ -138,8 +138,8 @@ def _sources(hardware: Hardware, layout: Layout) -> dict:
     if layout.offload:
         sources["offload.bandwidth"] = (f"{gpu.host_link_gbps:g} GB/s per direction "
                                         f"({hardware.source_of('host_link_gbps')})")
-        sources["offload.links"] = f"shared PCIe switch: {gpu.shared_pcie_switch} " \
-                                   f"({hardware.source_of('shared_pcie_switch')})"
+        sources["offload.links"] = (f"shared PCIe switch: {gpu.shared_pcie_switch} "
+                                    f"({hardware.source_of('shared_pcie_switch')})")
     return sources
 
 

@@ -32,8 +32,13 @@ def load_costmodel_schema(name: str) -> dict:
     return json.loads(resources.files(__package__).joinpath(f"data/{name}.schema.json").read_text(encoding="utf-8"))
 
 
+@lru_cache(maxsize=None)
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_costmodel_schema(name))
+
+
 def _validate(data: Any, name: str, where: str) -> None:
-    validate_with(jsonschema.Draft202012Validator(load_costmodel_schema(name)), data, where)
+    validate_with(_validator(name), data, where)
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,15 @@ def render_stages(problem: Problem) -> str:
     caps = ", ".join("none" if c is None else f"{c:.1f}" for c in problem.capacity)
     lines.append(f"  p2p {problem.p2p:g} ms; capacity per device GiB: {caps}")
     if problem.offload is not None:
-        shared = " (shared links " + str([list(x) for x in problem.offload.links]) + ")" \
-            if problem.offload.links_given else ""
+        links = [list(link) for link in problem.offload.links]
+        shared = f" (shared links {links})" if problem.offload.links_given else ""
         lines.append(f"  host link {problem.offload.d2h:g} GiB/ms per direction{shared}")
     return "\n".join(lines)
 
 
 def render_k_table(model: Transformer, hardware: Hardware) -> str:
     """PipeOffload's k of one block of ``model`` on every bundled GPU (and on ``hardware`` if it differs)."""
-    gpus = {name: gpu for name, gpu in bundled_gpus().items()}
+    gpus = dict(bundled_gpus())
     if hardware.overridden:
         gpus[f"{hardware.gpu.name} (yours)"] = hardware.gpu
     lines = ["PipeOffload k (one block's activation to host and back / its F+B+W; <= 1: full offload can be free):"]
