@@ -176,7 +176,8 @@ def main() -> None:
     parser.add_argument("--paper-time-limit", type=float, default=30.0)
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--papers", default=str(ROOT / "instances/papers"))
-    parser.add_argument("--skip-auto", action="store_true")
+    parser.add_argument("--only", choices=("auto", "papers"),
+                        help="run one part; the other's rows come from the --json file of an earlier run")
     parser.add_argument("--json", help="also write the raw rows here")
     parser.add_argument("--from-json", help="write the section from rows an earlier run saved with --json")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
@@ -186,16 +187,18 @@ def main() -> None:
         write_section(section(saved["auto"], saved["papers"], args), Path(args.out))
         print(f"wrote the cost model section of {args.out} from {args.from_json}")
         return
-    auto_rows = []
-    if not args.skip_auto:
+    earlier = json.loads(Path(args.json).read_text()) if args.only and args.json else {"auto": [], "papers": []}
+    auto_rows = earlier["auto"] if args.only == "papers" else []
+    paper = earlier["papers"] if args.only == "auto" else []
+    if args.only != "papers":
         for case in CASES:
             auto_rows.append(auto_vs_even(case, args.time_limit, args.top))
             print(json.dumps(auto_rows[-1]), flush=True)
-    paper = []
-    for path in sorted(Path(args.papers).glob("*.json")):
-        paper += paper_rows(path, args.paper_time_limit)
-        for r in paper:
-            if r["instance"] == path.stem:
+    if args.only != "auto":
+        for path in sorted(Path(args.papers).glob("*.json")):
+            rows = paper_rows(path, args.paper_time_limit)
+            paper += rows
+            for r in rows:
                 print(json.dumps(r), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"auto": auto_rows, "papers": paper}, indent=1))

@@ -1,9 +1,10 @@
 """``--partition auto``: the layer partition as a decision.
 
-Two steps. First a beam search over partitions, moving one block at a time from
-any stage to any other, scored by the makespan lower bound of the resulting
-problem (``bounds.makespan_lower_bound``: device loads, the critical path, memory
-caps), ties broken by the device loads from the heaviest down. Then the solver
+Two steps. First a beam search over partitions, moving one block at a time (a
+stage boundary shifted, or a block taken off the stage with the most work),
+scored by the makespan lower bound of the resulting problem
+(``bounds.makespan_lower_bound``: device loads, the critical path, memory caps),
+ties broken by the device loads from the heaviest down. Then the solver
 (method ``cpsat`` of the registry, a short time limit each) on the best few
 partitions; the shortest schedule wins. Every partition the search scores is
 built through the cost model, so embedding, head, memory caps and p2p count.
@@ -65,21 +66,22 @@ def score(problem: Problem) -> tuple:
     return (round(bound, 9), *(round(x, 9) for x in loads))
 
 
-def _moves(partition: Partition) -> list[Partition]:
-    """Every partition one block away (a block moved from one stage to another)."""
-    out = []
-    layers = partition.layers
+def _moves(candidate: Candidate) -> list[Partition]:
+    """Partitions one block away: a stage boundary shifted by one block, or a block moved
+    from the stage with the most work to any other (2S + S moves, not S^2)."""
+    layers, problem = candidate.partition.layers, candidate.problem
     last = len(layers) - 1
-    for a, count in enumerate(layers):
-        floor = 0 if a in (0, last) else 1
-        if count <= floor:
-            continue
-        for b in range(len(layers)):
-            if b != a:
-                moved = list(layers)
-                moved[a] -= 1
-                moved[b] += 1
-                out.append(Partition(tuple(moved)))
+    work = [sum(problem.duration(kind, s) for kind in problem.kinds) for s in range(len(layers))]
+    heaviest = max(range(len(layers)), key=lambda s: (work[s], layers[s]))
+    pairs = {(a, a + step) for a in range(len(layers)) for step in (-1, 1) if 0 <= a + step <= last}
+    pairs |= {(heaviest, b) for b in range(len(layers)) if b != heaviest}
+    out = []
+    for a, b in sorted(pairs):
+        if layers[a] > (0 if a in (0, last) else 1):
+            moved = list(layers)
+            moved[a] -= 1
+            moved[b] += 1
+            out.append(Partition(tuple(moved)))
     return out
 
 
@@ -104,7 +106,7 @@ def rank_partitions(make: Callable[[Partition], Problem], start: Partition, beam
     best = frontier[0].score if frontier else None
     stale = 0
     for _ in range(max_rounds):
-        fresh = {p.layers: p for c in frontier for p in _moves(c.partition) if p.layers not in seen}
+        fresh = {p.layers: p for c in frontier for p in _moves(c) if p.layers not in seen}
         scored = [c for c in map(visit, fresh.values()) if c is not None]
         if not scored:
             break
