@@ -55,17 +55,34 @@ def test_shared_link_is_served_first_come_first_served():
     assert sorted(retime(problem, list(ops.values()))) == sorted(ops.values())
 
 
-def test_transfer_waits_out_the_compute_op_it_would_start_inside():
-    # Device 0's offload must wait for the link until 3, while F(0,1) runs [1,2] and F(0,2) [2,3]...
+def test_transfer_starts_when_its_lane_frees_even_inside_a_compute_op():
+    # Contract v2: a transfer needs no compute-op boundary. OFFLOAD(0,1) is ready at 2 (after F(0,1)),
+    # the lane is busy with OFFLOAD(0,0) until 3.5, so it starts at 3.5, inside B(0,2) [3,5].
     problem = make_problem(devices=1, microbatches=3, backward="fused",
                            offload={"fraction": 1, "bandwidth": {"d2h": 0.4, "h2d": 1}})
     orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), RELOAD(0, 1), B(0, 1),
                RELOAD(0, 0), B(0, 0)]]
     ops = simulate(problem, orders)
     by = {o.op: o for o in ops}
-    # OFFLOAD(0,1) is ready at 2 but the lane is busy until 3.5, inside B(0,2) [3,5]: it starts at 5.
     assert by[OFFLOAD(0, 0)].end == 3.5
-    assert by[OFFLOAD(0, 1)].start == 5
+    assert by[OFFLOAD(0, 1)].start == 3.5
+    assert by[B(0, 2)].start == 3 and by[B(0, 2)].end == 5
+    assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_forward_waits_for_an_offload_it_is_told_to_wait_for():
+    # One device, cap 1 activation: F(0,1) may only start once OFFLOAD(0,0) has freed F(0,0)'s memory.
+    problem = make_problem(devices=1, microbatches=2, backward="fused",
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), B(0, 1), RELOAD(0, 0), B(0, 0)]]
+    free = {o.op: o for o in simulate(problem, orders)}
+    assert free[F(0, 1)].start == 1  # without the wait it follows F(0,0) at once
+    ops = simulate(problem, orders, waits={F(0, 1): [OFFLOAD(0, 0)]})
+    by = {o.op: o for o in ops}
+    assert by[OFFLOAD(0, 0)].end == 3 and by[F(0, 1)].start == 3
+    from ppsolve.memory import peak_memory
+    assert peak_memory(problem, ops) == [1.0] and peak_memory(problem, list(free.values())) == [2.0]
+    # the runtime of contract v2 keeps the wait: re-timed, the forward still starts after the offload
     assert sorted(retime(problem, ops)) == sorted(ops)
 
 
