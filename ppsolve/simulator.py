@@ -56,6 +56,24 @@ def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None,
     return engine.run(dynamic_lanes=True)
 
 
+def forwards_wait_for_offloads(orders: Orders) -> dict[Op, list[Op]]:
+    """Waits that hold each forward until the offloads listed before it on its device have ended.
+
+    A device's offloads are ready in list order and its lane serves them first come, first
+    served, so waiting for the last one listed covers the others. This is how an order says
+    "free the memory before the next forward" (PipeOffload's runtime has an explicit step for it).
+    """
+    waits: dict[Op, list[Op]] = {}
+    for actions in orders:
+        last_offload = None
+        for op in actions:
+            if op.kind is _OFF:
+                last_offload = op
+            elif op.kind is _F and last_offload is not None:
+                waits[op] = [last_offload]
+    return waits
+
+
 def retime(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledOp]:
     """Re-time a timed schedule as SPEC.md's runtime (contract version 2) would execute it."""
     issue = sorted(range(len(ops)), key=lambda i: issue_key(problem, ops[i]))
