@@ -100,3 +100,22 @@ def test_transfer_after_zero_duration_ops_retimes_to_itself():
     orders, amounts = random_orders(problem, random.Random(0), offload=True)
     ops = simulate(problem, orders, amounts)
     assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_unknown_op_kinds_are_refused_not_guessed():
+    # Per-kind dispatch: a kind without a rule raises instead of being treated as another kind.
+    import pytest
+
+    from ppsolve.dependencies import depth, stage_dependencies
+    from ppsolve.memory import memory_events
+    from ppsolve.schedule import ScheduledOp
+    problem = make_problem(devices=2, microbatches=1)
+    for bad in ("RECOMPUTE", None):
+        with pytest.raises(ValueError, match="no dependency rule"):
+            stage_dependencies(problem, bad, 0)
+        with pytest.raises(ValueError, match="no dependency rule"):
+            depth(problem, bad, 0)
+        with pytest.raises(ValueError, match="no memory rule"):
+            memory_events(problem, [ScheduledOp(bad, 0, 0, 0, 0.0, 1.0)])
+    with pytest.raises(ValueError, match="only B and W release"):
+        problem.released_by(F(0, 0).kind, 0)
