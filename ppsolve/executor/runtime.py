@@ -76,7 +76,7 @@ class OpRecord:
     end: float
     held: int
     moved: int = 0
-    waited: float = 0.0  # seconds spent waiting for the input or gradient before ``start``
+    waited: float = 0.0  # seconds from issue to ``start``: its input or gradient, and (CUDA) its waits
 
 
 @dataclass
@@ -137,10 +137,10 @@ def lane_name(problem: Problem, kind: OpKind) -> str:
     (OFFLOAD) and ``h2d`` (RELOAD) lanes; a half-duplex link is one lane, ``d2h``."""
     if kind.is_compute:
         return "compute"
-    if kind is OpKind.OFFLOAD or not problem.offload.duplex:
+    if kind is OpKind.OFFLOAD:
         return "d2h"
     if kind is OpKind.RELOAD:
-        return "h2d"
+        return "h2d" if problem.offload.duplex else "d2h"
     raise ValueError(f"no lane for op kind {kind!r}")
 
 
