@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
@@ -31,35 +32,61 @@ class MakespanBound:
         return max(candidates, key=lambda c: c[0])[1]
 
 
+def _one_microbatch(problem: Problem) -> tuple[list[tuple[OpKind, int]], dict, dict]:
+    """The compute ops of one microbatch in dependency order, their durations and dependencies.
+
+    Read from the one dependency table; transfers are left out (they only add waits, so every
+    path below stays a lower bound).
+    """
+    table = dependency_table(problem, problem.kinds)
+    order = sorted(table, key=lambda key: depth(problem, *key))
+    duration = {key: problem.duration(*key) for key in order}
+    deps = {key: [(d.kind, d.stage, d.lag) for d in table[key] if not d.optional] for key in order}
+    return order, duration, deps
+
+
+def _longest_from(problem: Problem, source: tuple[OpKind, int] | None) -> dict:
+    """Earliest start of every compute op of one microbatch relative to the start of ``source``
+    (None: from time 0, every op reachable); ops that do not follow ``source`` are absent."""
+    order, duration, deps = _one_microbatch(problem)
+    start: dict = {}
+    for key in order:
+        if key == source or (source is None and not deps[key]):
+            start[key] = max([0.0] + [start[(k, s)] + duration[(k, s)] + lag
+                                      for k, s, lag in deps[key] if (k, s) in start])
+            continue
+        reached = [start[(k, s)] + duration[(k, s)] + lag for k, s, lag in deps[key] if (k, s) in start]
+        if reached:
+            start[key] = max(reached)
+    return start
+
+
+def _tails(problem: Problem) -> dict:
+    """For every compute op of one microbatch, the least time that must pass after it ends."""
+    order, duration, deps = _one_microbatch(problem)
+    tail = {key: 0.0 for key in order}
+    for key in reversed(order):
+        for k, s, lag in deps[key]:
+            tail[(k, s)] = max(tail[(k, s)], lag + duration[key] + tail[key])
+    return tail
+
+
 def _forward_heads(problem: Problem) -> list[float]:
     """Earliest start of F(s, j) for each stage s: the F chain before it with latencies."""
-    heads, t = [], 0.0
-    for s in range(problem.num_stages):
-        if s > 0:
-            t += problem.forward[s - 1] + problem.latency(s - 1, s)
-        heads.append(t)
-    return heads
+    heads = _longest_from(problem, None)
+    return [heads[(OpKind.F, s)] for s in range(problem.num_stages)]
 
 
 def _backward_tails(problem: Problem) -> list[float]:
-    """Least time that must pass after B(s, j) ends: the B chain below s (and W of stage 0)."""
-    b = [problem.duration(OpKind.B, s) for s in range(problem.num_stages)]
-    w0 = problem.backward_weight[0] if problem.split_backward else 0.0
-    tails, chain = [], 0.0
-    for s in range(problem.num_stages):
-        if s > 0:
-            chain += b[s - 1] + problem.latency(s - 1, s)
-        tails.append(chain + w0 if s > 0 else 0.0)
-    return tails
+    """Least time that must pass after B(s, j) ends (the backward chain below s, W included)."""
+    tails = _tails(problem)
+    return [tails[(OpKind.B, s)] for s in range(problem.num_stages)]
 
 
 def critical_path(problem: Problem) -> float:
     """One microbatch forward through every stage and backward to the first, with p2p latency."""
-    last = problem.num_stages - 1
-    heads, tails = _forward_heads(problem), _backward_tails(problem)
-    end_b_last = heads[last] + problem.forward[last] + problem.duration(OpKind.B, last)
-    tail = tails[last] if last > 0 else (problem.backward_weight[0] if problem.split_backward else 0.0)
-    return end_b_last + tail
+    heads, tails = _longest_from(problem, None), _tails(problem)
+    return max(heads[key] + problem.duration(*key) + tails[key] for key in heads)
 
 
 def device_bound(problem: Problem, device: int) -> float:
@@ -81,15 +108,14 @@ def device_bound(problem: Problem, device: int) -> float:
     if not problem.split_backward:
         return head + load + min(tails[s] for s in stages)
     fb_load = m * sum(problem.forward[s] + problem.backward_input[s] for s in stages)
-    after_last_b = min(max(problem.backward_weight[s], tails[s]) for s in stages)
+    after_last_b = min(tails[s] for s in stages)
     return max(head + load, head + fb_load + after_last_b)
 
 
 def _lifetime(problem: Problem, stage: int) -> float:
     """Least time from F(s, j) starting to B(s, j) ending: the round trip to the last stage and back."""
-    last = problem.num_stages - 1
-    trip = sum(problem.forward[t] + problem.duration(OpKind.B, t) for t in range(stage, last + 1))
-    return trip + 2 * sum(problem.latency(t, t + 1) for t in range(stage, last))
+    after = _longest_from(problem, (OpKind.F, stage))
+    return after[(OpKind.B, stage)] + problem.duration(OpKind.B, stage)
 
 
 def memory_bound(problem: Problem, device: int) -> float:
@@ -114,8 +140,7 @@ def memory_bound(problem: Problem, device: int) -> float:
         q = max(1, math.floor(cap / kept + 1e-9))
         if q >= m:
             continue
-        after = max(tails[s], problem.backward_weight[s] if problem.split_backward else 0.0)
-        best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + after)
+        best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + tails[s])
     return best
 
 
@@ -128,31 +153,20 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:
-    """Per device, a least capacity for which some schedule exists.
+    """Per device, the least capacity for which some schedule exists.
 
-    Without offload this is exact: while F(s, j) runs, every stage of the same
-    device below s still holds microbatch j's activation (its B comes after
-    B(s, j)); with one microbatch in flight and W right after B nothing else is
-    held.
-
-    With offload it is a lower bound (the least capacity can be higher): the
-    stages below s may have moved their offloadable share to host before F(s, j)
-    starts; but when stage s-1 is on the same device as s, the runtime starts
-    F(s, j) of the first microbatch j to reach stage s the instant the compute op
-    before it ends. That op is a forward of a stage t < s of this device (no B or
-    W can run before any microbatch has reached stage s), and the activation it
-    allocated cannot have left yet, so ``activation[s] + activation[t]`` is held.
+    While F(s, j) runs, every stage of the same device below s still holds
+    microbatch j's activation (its B comes after B(s, j)), less what was offloaded:
+    the need is ``activation[s]`` plus the kept share of the stages below. It is
+    reached by one microbatch in flight with W right after B, each forward waiting
+    for the offloads before it (contract v2), each reload after the B above it.
     """
     need = []
     for stages in problem.stages_of_device:
         held, worst = 0.0, 0.0
-        for index, s in enumerate(stages):
+        for s in stages:
             worst = max(worst, held + problem.activation[s])
-            if offload and index > 0 and stages[index - 1] == s - 1:
-                earlier = min(problem.activation[t] for t in stages[:index])
-                worst = max(worst, problem.activation[s] + earlier)
-            kept = problem.activation[s] - (problem.max_offload(s) if offload else 0.0)
-            held += kept
+            held += problem.activation[s] - (problem.max_offload(s) if offload else 0.0)
         need.append(worst)
     return need
 

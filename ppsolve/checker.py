@@ -10,8 +10,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ppsolve.dependencies import RULES as DEPENDENCY_RULES, dependency_table
 from ppsolve.errors import PpsolveError
-from ppsolve.memory import memory_events
+from ppsolve.memory import memory_events, peak_memory
 from ppsolve.ops import COMPUTE_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
@@ -24,16 +25,17 @@ RULES = {
     "duration": "rule 8: every op lasts exactly its duration",
     "start": "rule 8: nothing starts before time 0",
     "amount": "0 < amount <= fraction * activation, the same amount offloaded and reloaded",
-    "R1": "rule 1: F(s,j) starts after F(s-1,j) ends + p2p latency",
-    "R2": "rule 2: B(S-1,j) starts after F(S-1,j) ends",
-    "R3": "rule 3: B(s,j) starts after B(s+1,j) ends + p2p latency",
-    "R4": "rule 4: W(s,j) starts after B(s,j) ends",
-    "R5": "rule 5: OFFLOAD after F ends, RELOAD after OFFLOAD ends, RELOAD ends before B starts",
+    **DEPENDENCY_RULES,
     "R6": "rule 6: compute ops of one device never overlap",
     "R7": "rule 7: transfers of one link lane never overlap",
     "memory": "peak memory of a device within its capacity (releases before allocations)",
-    "retime": "the runtime re-timing is no later and stays within capacity",
+    "retime": "the runtime re-timing is no later and no higher than planned (otherwise a bug in ppsolve)",
 }
+
+# How a violated dependency is described, by rule and the kind of the op that waits.
+_WHAT = {("R1", _F): "its input", ("R2", _B): "the loss turns around", ("R3", _B): "its output gradient",
+         ("R4", _W): "its input gradient", ("R5", _OFF): "the activation it moves",
+         ("R5", _REL): "its offload", ("R5", _B): "its reloaded activation"}
 
 
 @dataclass(frozen=True)
@@ -164,27 +166,15 @@ class _Checker:
                            f"{lag_text} ({what})", later, later.start, [later, earlier])
 
     def dependencies(self) -> None:
-        p, get = self.problem, self.by_op.get
-        last = p.num_stages - 1
+        """Rules 1-5 from the one dependency table; an optional dependency only when its op exists."""
+        table = dependency_table(self.problem)
+        get = self.by_op.get
         for op in self.schedule.ops:
-            s, j = op.stage, op.microbatch
-            if op.kind is _F and s > 0:
-                self._after("R1", op, get(Op(_F, s - 1, j)), p.latency(s - 1, s), "its input")
-            elif op.kind is _B:
-                if s == last:
-                    self._after("R2", op, get(Op(_F, s, j)), 0.0, "the loss turns around")
-                else:
-                    self._after("R3", op, get(Op(_B, s + 1, j)), p.latency(s, s + 1), "its output gradient")
-                reload = get(Op(_REL, s, j))
-                if reload is not None and reload.end > op.start + self.eps:
-                    self.add("R5", f"{reload.op} ends at {reload.end:g}, after {op.op} starts at {op.start:g}",
-                             op, op.start, [op, reload])
-            elif op.kind is _W:
-                self._after("R4", op, get(Op(_B, s, j)), 0.0, "its input gradient")
-            elif op.kind is _OFF:
-                self._after("R5", op, get(Op(_F, s, j)), 0.0, "the activation it moves")
-            elif op.kind is _REL:
-                self._after("R5", op, get(Op(_OFF, s, j)), 0.0, "its offload")
+            for dep in table[(op.kind, op.stage)]:
+                earlier = get(dep.op(op.microbatch))
+                if earlier is None:
+                    continue  # a missing op is reported by completeness
+                self._after(dep.rule, op, earlier, dep.lag, _WHAT[dep.rule, op.kind])
 
     def overlaps(self) -> None:
         p = self.problem
@@ -226,21 +216,28 @@ class _Checker:
                     break
 
     def retiming(self, report: CheckReport) -> None:
+        """Re-time as the runtime would. For a valid schedule contract v2 guarantees no later end and no
+        higher peak; a difference is a bug in ppsolve, reported as such."""
         try:
             retimed = retime(self.problem, self.schedule.ops)
         except PpsolveError as exc:
             self.add("retime", f"a runtime cannot execute the device lists: {exc}")
             return
-        from ppsolve.memory import peak_memory
         report.retimed_makespan = max((o.end for o in retimed), default=0.0)
         report.retimed_peak_memory = peak_memory(self.problem, retimed)
+        blame = " (a bug in ppsolve: please report it with this schedule)" if self.clean() else ""
         if report.retimed_makespan > report.makespan + self.eps:
             late = max(retimed, key=lambda o: o.end)
             self.add("retime", f"re-timed makespan {report.retimed_makespan:g} is later than planned "
-                               f"{report.makespan:g} (last op {late.op} on device {late.device})")
-        for device, (peak, cap) in enumerate(zip(report.retimed_peak_memory, self.problem.capacity)):
-            if cap is not None and peak > cap + self.eps:
-                self.add("retime", f"re-timed peak memory of device {device} is {peak:g}, capacity is {cap:g}")
+                               f"{report.makespan:g} (last op {late.op} on device {late.device}){blame}")
+        for device, (peak, planned) in enumerate(zip(report.retimed_peak_memory, report.peak_memory)):
+            if peak > planned + self.eps:
+                self.add("retime", f"re-timed peak memory of device {device} is {peak:g}, higher than the "
+                                   f"planned {planned:g}{blame}")
+
+    def clean(self) -> bool:
+        """No rule is broken as planned (so the re-timing must match the plan)."""
+        return not any(v.rule != "retime" for v in self.violations)
 
     # ----- rendering -----
     def _grid(self, ops: list[ScheduledOp], time: float | None, width: int = 3) -> str:

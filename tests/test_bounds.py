@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ppsolve.bounds import critical_path, makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
-from tests.helpers import make_problem
+from ppsolve.memory import peak_memory
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from tests.helpers import make_problem, serial_orders
 
 
 def test_device_load_bound_uniform():
@@ -33,20 +37,25 @@ def test_min_capacity_vshape_and_offload():
     p = make_problem(devices=2, chunks=2, placement="vshape", memory_activation=[1, 2, 3, 4],
                      offload={"fraction": [0.5, 1, 1, 1], "bandwidth": {"d2h": 1, "h2d": 1}})
     # Device 0 holds stages 0 and 3: 1 + 4; with offload 0.5 of stage 0 can be on host first.
-    # Device 1 holds stages 1 and 2, consecutive: F(2, j) starts the instant the forward before
-    # it ends, whose activation (at least min(activation[1]) = 2) cannot have left: 3 + 2.
+    # Device 1 holds stages 1 and 2: 2 + 3; with offload F(2, j) waits for stage 1's offload
+    # (contract v2), so 3 (under v1 the forward could not wait: 3 + 2).
     assert min_capacity(p, offload=False) == [5, 5]
-    assert min_capacity(p, offload=True) == [4.5, 5]
+    assert min_capacity(p, offload=True) == [4.5, 3]
 
 
-def test_offload_cannot_free_a_stage_before_the_next_stage_on_the_same_device():
-    # V-shape on 2 devices: device 1 runs stage 1 then stage 2 back to back, so even with a
-    # fast link it holds 2 activations; device 0 (stages 0 and 3) needs only 1.
+def test_a_forward_waits_for_the_offload_of_the_stage_before_on_its_device():
+    # V-shape on 2 devices: device 1 runs stage 1 then stage 2. Under contract v1 it held 2
+    # activations; under v2 F(2, j) waits until stage 1's activation has gone to host: 1 each,
+    # and the serial plan with forwards waiting for offloads reaches exactly that.
     p = make_problem(devices=2, chunks=2, placement="vshape", microbatches=4, memory_weight_hold=1,
                      offload={"bandwidth": {"d2h": 100, "h2d": 100}})
-    assert min_capacity(p, offload=True) == [1, 2]
-    with pytest.raises(InfeasibleError, match="device 1 needs at least 2"):
-        require_feasible_capacity(p.replace(capacity=1.5))
+    assert min_capacity(p, offload=True) == [1, 1]
+    orders = serial_orders(p, offload=True)
+    ops = simulate(p, orders, waits=forwards_wait_for_offloads(orders))
+    assert peak_memory(p, ops) == [1, 1]
+    assert check(make_schedule(p.replace(capacity=1), ops, "serial+wait")).ok
+    with pytest.raises(InfeasibleError, match="device 1 needs at least 1"):
+        require_feasible_capacity(p.replace(capacity=0.5))
 
 
 def test_infeasible_capacity_names_the_least_that_works():

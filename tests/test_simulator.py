@@ -6,8 +6,8 @@ import pytest
 
 from ppsolve.errors import DeadlockError, InputError
 from ppsolve.ops import B, F, OFFLOAD, RELOAD, W
-from ppsolve.simulator import retime, simulate
-from tests.helpers import make_problem, one_f_one_b_orders
+from ppsolve.simulator import device_waits, issue_order, retime, simulate
+from tests.helpers import assert_waits_follow_the_contract, make_problem, one_f_one_b_orders
 
 
 def test_one_f_one_b_uniform_fused_makespan():
@@ -55,17 +55,53 @@ def test_shared_link_is_served_first_come_first_served():
     assert sorted(retime(problem, list(ops.values()))) == sorted(ops.values())
 
 
-def test_transfer_waits_out_the_compute_op_it_would_start_inside():
-    # Device 0's offload must wait for the link until 3, while F(0,1) runs [1,2] and F(0,2) [2,3]...
+def test_transfer_starts_when_its_lane_frees_even_inside_a_compute_op():
+    # Contract v2: a transfer needs no compute-op boundary. OFFLOAD(0,1) is ready at 2 (after F(0,1)),
+    # the lane is busy with OFFLOAD(0,0) until 3.5, so it starts at 3.5, inside B(0,2) [3,5].
     problem = make_problem(devices=1, microbatches=3, backward="fused",
                            offload={"fraction": 1, "bandwidth": {"d2h": 0.4, "h2d": 1}})
     orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), RELOAD(0, 1), B(0, 1),
                RELOAD(0, 0), B(0, 0)]]
     ops = simulate(problem, orders)
     by = {o.op: o for o in ops}
-    # OFFLOAD(0,1) is ready at 2 but the lane is busy until 3.5, inside B(0,2) [3,5]: it starts at 5.
     assert by[OFFLOAD(0, 0)].end == 3.5
-    assert by[OFFLOAD(0, 1)].start == 5
+    assert by[OFFLOAD(0, 1)].start == 3.5
+    assert by[B(0, 2)].start == 3 and by[B(0, 2)].end == 5
+    assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_device_waits_skip_what_is_planned_to_still_run():
+    # The plan above: OFFLOAD(0,0) [1, 3.5] runs beside F(0,1) and F(0,2); OFFLOAD(0,1) [3.5, 6]
+    # starts inside B(0,2) [3, 5]. Each action waits, per other lane, for the last action of the
+    # device planned to end by its start, and for nothing still running then.
+    problem = make_problem(devices=1, microbatches=3, backward="fused",
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.4, "h2d": 1}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), RELOAD(0, 1), B(0, 1),
+               RELOAD(0, 0), B(0, 0)]]
+    issued = issue_order(problem, simulate(problem, orders))
+    waits = device_waits(problem, issued)
+    named = {op.op: [issued[u].op for u in awaited] for op, awaited in zip(issued, waits)}
+    assert named[F(0, 1)] == named[F(0, 2)] == []        # not for OFFLOAD(0,0), still running
+    assert named[OFFLOAD(0, 0)] == [F(0, 0)]
+    assert named[OFFLOAD(0, 1)] == [F(0, 2)]              # not for B(0,2), still running
+    assert named[RELOAD(0, 1)] == [B(0, 2), OFFLOAD(0, 1)]
+    assert named[B(0, 1)] == [OFFLOAD(0, 1), RELOAD(0, 1)]
+    assert_waits_follow_the_contract(problem, issued, waits)
+
+
+def test_forward_waits_for_an_offload_it_is_told_to_wait_for():
+    # One device, cap 1 activation: F(0,1) may only start once OFFLOAD(0,0) has freed F(0,0)'s memory.
+    problem = make_problem(devices=1, microbatches=2, backward="fused",
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), B(0, 1), RELOAD(0, 0), B(0, 0)]]
+    free = {o.op: o for o in simulate(problem, orders)}
+    assert free[F(0, 1)].start == 1  # without the wait it follows F(0,0) at once
+    ops = simulate(problem, orders, waits={F(0, 1): [OFFLOAD(0, 0)]})
+    by = {o.op: o for o in ops}
+    assert by[OFFLOAD(0, 0)].end == 3 and by[F(0, 1)].start == 3
+    from ppsolve.memory import peak_memory
+    assert peak_memory(problem, ops) == [1.0] and peak_memory(problem, list(free.values())) == [2.0]
+    # the runtime of contract v2 keeps the wait: re-timed, the forward still starts after the offload
     assert sorted(retime(problem, ops)) == sorted(ops)
 
 
@@ -83,3 +119,22 @@ def test_transfer_after_zero_duration_ops_retimes_to_itself():
     orders, amounts = random_orders(problem, random.Random(0), offload=True)
     ops = simulate(problem, orders, amounts)
     assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_unknown_op_kinds_are_refused_not_guessed():
+    # Per-kind dispatch: a kind without a rule raises instead of being treated as another kind.
+    import pytest
+
+    from ppsolve.dependencies import depth, stage_dependencies
+    from ppsolve.memory import memory_events
+    from ppsolve.schedule import ScheduledOp
+    problem = make_problem(devices=2, microbatches=1)
+    for bad in ("RECOMPUTE", None):
+        with pytest.raises(ValueError, match="no dependency rule"):
+            stage_dependencies(problem, bad, 0)
+        with pytest.raises(ValueError, match="no dependency rule"):
+            depth(problem, bad, 0)
+        with pytest.raises(ValueError, match="no memory rule"):
+            memory_events(problem, [ScheduledOp(bad, 0, 0, 0, 0.0, 1.0)])
+    with pytest.raises(ValueError, match="only B and W release"):
+        problem.released_by(F(0, 0).kind, 0)

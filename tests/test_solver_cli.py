@@ -77,7 +77,8 @@ def test_no_solution_in_time_exit_4(tmp_path, capsys):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    problem = root / "instances/interleaved-offload-shared-8x16.json"
+    # 16 devices x 32 microbatches with offload on shared links: no schedule without a warm start in 0.2 s
+    problem = root / "instances/suite/lin-d16-m32-split-cap1_3-k0.5-shared4.json"
     out = tmp_path / "s.json"
     code = main(["solve", str(problem), "-o", str(out), "--warm-start", "none", "--time-limit", "0.2",
                  "--threads", "1", "--quiet"])

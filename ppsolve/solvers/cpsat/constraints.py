@@ -10,30 +10,60 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
+from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
 
-_F, _B, _W = OpKind.F, OpKind.B, OpKind.W
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
 
 
 def precedences(v: Variables) -> None:
-    """SPEC rules 1-4.
+    """SPEC rules 1-5, read from the one dependency table (``ppsolve.dependencies``).
 
-    S(F(s,j)) >= E(F(s-1,j)) + lat(s-1);  S(B(S-1,j)) >= E(F(S-1,j));
-    S(B(s,j)) >= E(B(s+1,j)) + lat(s);    S(W(s,j)) >= E(B(s,j)).
+    For every op o and each dependency (k, s', lag) of it: S(o) >= E(k(s', j)) + lag, where a
+    transfer's start and end are those of its optional interval and the constraint is enforced
+    only when the transfers involved are chosen. So, among others,
+    S(F(s,j)) >= E(F(s-1,j)) + lat(s-1); S(B(s,j)) >= E(B(s+1,j)) + lat(s); S(W(s,j)) >= E(B(s,j));
+    if x[s,j]: S(OFF) >= E(F(s,j)), S(REL) >= E(OFF), E(REL) <= S(B(s,j)).
     """
     p, m = v.problem, v.model
-    last = p.num_stages - 1
-    for j in range(p.microbatches):
-        for s in range(p.num_stages):
-            if s > 0:
-                m.add(v.start[Op(_F, s, j)] >= v.end[Op(_F, s - 1, j)] + v.scaling.latency[s - 1])
-            if s == last:
-                m.add(v.start[Op(_B, s, j)] >= v.end[Op(_F, s, j)])
-            else:
-                m.add(v.start[Op(_B, s, j)] >= v.end[Op(_B, s + 1, j)] + v.scaling.latency[s])
-            if p.split_backward:
-                m.add(v.start[Op(_W, s, j)] >= v.end[Op(_B, s, j)])
+    table = dependency_table(p)
+    ops = [(op, None) for op in v.start] + [(op, t.chosen) for op, t in _transfer_ops(v)]
+    for op, present in ops:
+        j = op.microbatch
+        for dep in table[(op.kind, op.stage)]:
+            earlier = dep.op(j)
+            end, earlier_present = _end(v, earlier)
+            if end is None:
+                continue  # an optional dependency on a transfer the model does not have
+            lag = v.scaling.time(dep.lag)
+            constraint = m.add(_start(v, op) >= end + lag)
+            conditions = [x for x in (present, earlier_present) if x is not None]
+            if conditions:
+                constraint.only_enforce_if(conditions[0] if len(conditions) == 1 else conditions)
+
+
+def _transfer_ops(v: Variables):
+    for (s, j), t in v.transfers.items():
+        yield Op(_OFF, s, j), t
+        yield Op(_REL, s, j), t
+
+
+def _start(v: Variables, op: Op):
+    if op.kind.is_compute:
+        return v.start[op]
+    t = v.transfers[(op.stage, op.microbatch)]
+    return t.off_start if op.kind is _OFF else t.rel_start
+
+
+def _end(v: Variables, op: Op):
+    """(end variable, presence literal or None); (None, None) for a transfer the model lacks."""
+    if op.kind.is_compute:
+        return v.end[op], None
+    t = v.transfers.get((op.stage, op.microbatch))
+    if t is None:
+        return None, None
+    return (t.off_end if op.kind is _OFF else t.rel_end), t.chosen
 
 
 def device_no_overlap(v: Variables) -> None:
@@ -46,54 +76,20 @@ def device_no_overlap(v: Variables) -> None:
 
 
 def transfers(v: Variables) -> None:
-    """SPEC rule 5 and rule 7 for the chosen offloads.
+    """SPEC rule 7 for the chosen offloads (their order, rule 5, is in ``precedences``).
 
-    If x[s,j]: S(OFF) >= E(F(s,j)), S(REL) >= E(OFF), E(REL) <= S(B(s,j)).
     Each link lane (per link and direction, or one per link when not duplex)
     is a NoOverlap over the optional transfer intervals of its devices.
     """
-    p, m = v.problem, v.model
+    p = v.problem
     lanes = defaultdict(list)
     for (s, j), t in v.transfers.items():
-        m.add(t.off_start >= v.end[Op(_F, s, j)]).only_enforce_if(t.chosen)
-        m.add(t.rel_start >= t.off_end).only_enforce_if(t.chosen)
-        m.add(t.rel_end <= v.start[Op(_B, s, j)]).only_enforce_if(t.chosen)
         device = p.placement[s]
         lanes[p.lane(device, OpKind.OFFLOAD)].append(t.off)
         lanes[p.lane(device, OpKind.RELOAD)].append(t.rel)
     for intervals in lanes.values():
         if len(intervals) > 1:
-            m.add_no_overlap(intervals)
-
-
-def transfer_anchoring(v: Variables) -> None:
-    """Executability: a transfer never starts strictly inside a compute op of its device.
-
-    SPEC's runtime issues a transfer after the compute op before it in the
-    device's list has ended, so every schedule that re-times to itself has,
-    for each transfer t and compute op c of its device, S(t) <= S(c) or
-    S(t) >= E(c). In doubled time this is a NoOverlap: c becomes
-    [2 S(c) + 1, 2 E(c)) and t the unit marker [2 S(t), 2 S(t) + 1), which meet
-    exactly when S(c) < S(t) < E(c). Markers of one lane never coincide (the
-    lane is busy), so there is one NoOverlap per device and lane direction.
-    """
-    if not v.transfers:
-        return
-    p, m = v.problem, v.model
-    doubled = defaultdict(list)
-    for op, start in v.start.items():
-        dur = v.scaling.duration[(op.kind, op.stage)]
-        if dur > 0:
-            doubled[p.placement[op.stage]].append(
-                m.new_interval_var(2 * start + 1, 2 * dur - 1, 2 * v.end[op], f"d_{op.kind.value}_{op.stage}_{op.microbatch}"))
-    markers = defaultdict(list)
-    for (s, j), t in v.transfers.items():
-        device = p.placement[s]
-        for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
-            group = (device, kind if p.offload.duplex else None)
-            markers[group].append(m.new_optional_fixed_size_interval_var(2 * start, 1, t.chosen, f"k_{kind.value}_{s}_{j}"))
-    for (device, _), items in markers.items():
-        m.add_no_overlap(doubled[device] + items)
+            v.model.add_no_overlap(intervals)
 
 
 def memory(v: Variables, capacity: Sequence) -> None:
@@ -195,80 +191,3 @@ def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
             continue
         load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
         m.add(v.makespan >= v.start[Op(_F, first, 0)] + load)
-
-
-def runtime_tightness(v: Variables) -> None:
-    """With offload: every op starts exactly when the runtime would start it (no voluntary waiting).
-
-    SPEC's runtime starts each action as soon as its inputs, its device's
-    previous compute op (or, for a transfer, the compute op before it) and its
-    lane allow; it cannot hold an F back until an offload has freed memory. So
-    in every schedule that re-times to itself each op starts at the end of one
-    of the things it waits for. We require that: S(o) = element(idx_o, [0,
-    its dependencies' ends (+ latency), the ends of the compute ops of its
-    device, and for a transfer its own offload's end and the ends of its
-    lane's transfers]). Every executable schedule satisfies it (the model stays
-    a relaxation, its bound a proof), and a solution then re-times to itself,
-    memory included. Without offload memory depends on the orders only, so
-    this is not needed there.
-    """
-    if not v.transfers:
-        return
-    p, m = v.problem, v.model
-    last = p.num_stages - 1
-    device_ends = {d: [] for d in range(p.devices)}
-    for op, end in v.end.items():
-        device_ends[p.placement[op.stage]].append((op, end))
-    lane_ends: dict[int, list] = {}
-
-    def when_chosen(t, end, otherwise, name):
-        # The end of an absent transfer is meaningless: stand in ``otherwise`` (var, offset) for it.
-        proxy = m.new_int_var(0, v.horizon, f"pe_{name}")
-        m.add(proxy == end).only_enforce_if(t.chosen)
-        other = otherwise[1] if otherwise[0] is None else otherwise[0] + otherwise[1]
-        m.add(proxy == other).only_enforce_if(t.chosen.Not())
-        v.proxies.append((proxy, t.chosen, end, otherwise))
-        return (proxy, 0)
-
-    for (s, j), t in v.transfers.items():
-        device = p.placement[s]
-        lane_ends.setdefault(p.lane(device, OpKind.OFFLOAD), []).append(
-            ((OpKind.OFFLOAD, s, j), when_chosen(t, t.off_end, (None, 0), f"off_{s}_{j}")))
-        lane_ends.setdefault(p.lane(device, OpKind.RELOAD), []).append(
-            ((OpKind.RELOAD, s, j), when_chosen(t, t.rel_end, (None, 0), f"rel_{s}_{j}")))
-
-    def tie(start, choices, name, present=None):
-        """choices: (var or None, offset) pairs; S = the chosen one's value."""
-        exprs = [m.new_constant(off) if var is None else (var + off if off else var) for var, off in choices]
-        index = m.new_int_var(0, len(choices) - 1, f"why_{name}")
-        target = start
-        if present is not None:
-            # An absent transfer keeps its (unconstrained) start: link through a proxy.
-            target = m.new_int_var(0, v.horizon, f"why_val_{name}")
-            m.add(start == target).only_enforce_if(present)
-        m.add_element(index, exprs, target)
-        v.ties.append((index, choices, start, present, target))
-
-    for op, start in v.start.items():
-        k, s, j = op
-        device = p.placement[s]
-        deps = []
-        if k is _F and s > 0:
-            deps.append((v.end[Op(_F, s - 1, j)], v.scaling.latency[s - 1]))
-        elif k is _B:
-            deps.append((v.end[Op(_F, s, j)], 0) if s == last else (v.end[Op(_B, s + 1, j)], v.scaling.latency[s]))
-            t = v.transfers.get((s, j))
-            if t is not None:
-                deps.append(when_chosen(t, t.rel_end, deps[0], f"b_{s}_{j}"))
-        elif k is _W:
-            deps.append((v.end[Op(_B, s, j)], 0))
-        choices = ([(None, 0)] if (k is _F and s == 0) else []) + deps
-        choices += [(e, 0) for o, e in device_ends[device] if o != op]
-        tie(start, choices, f"{k.value}_{s}_{j}")
-    for (s, j), t in v.transfers.items():
-        device = p.placement[s]
-        ends = [(e, 0) for _, e in device_ends[device]]
-        off_lane = [e for key, e in lane_ends[p.lane(device, OpKind.OFFLOAD)] if key != (OpKind.OFFLOAD, s, j)]
-        rel_lane = [e for key, e in lane_ends[p.lane(device, OpKind.RELOAD)] if key != (OpKind.RELOAD, s, j)]
-        tie(t.off_start, ends + off_lane, f"off_{s}_{j}", t.chosen)
-        tie(t.rel_start, [(t.off_end, 0)] + ends + rel_lane, f"rel_{s}_{j}", t.chosen)

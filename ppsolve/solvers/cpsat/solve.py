@@ -28,7 +28,7 @@ from ppsolve.errors import InfeasibleError, InputError, PpsolveError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
-from ppsolve.simulator import retime, simulate
+from ppsolve.simulator import retime
 from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.progress import Progress
 from ppsolve.solvers.cpsat.scaling import Scaling, build_scaling
@@ -36,15 +36,6 @@ from ppsolve.solvers.cpsat.variables import Variables, build_variables
 from ppsolve.solvers.cpsat.warm_start import best_warm_start, fifo_relabel
 
 OBJECTIVES = ("makespan", "memory")
-# Runtime tightness (constraints.runtime_tightness) adds about (ops of a device)^2 choices; above this many
-# the model is built without it: still a relaxation (bounds stay proofs), and every incumbent is re-timed
-# and checked, the first that passes being kept.
-TIGHTNESS_LIMIT = 40_000
-
-
-def _tightness_size(problem: Problem) -> int:
-    per_device = [len(stages) * problem.microbatches * (len(problem.kinds) + 2) for stages in problem.stages_of_device]
-    return sum(n * n for n in per_device)
 
 
 class NoSolutionError(PpsolveError):
@@ -68,7 +59,6 @@ class SolveOptions:
     ignore_capacity: bool = False
     symmetry: bool = True
     offload: bool = True
-    tightness: str = "auto"  # "on", "off", or "auto": on while the model stays small (TIGHTNESS_LIMIT)
     stream: TextIO | None = None
 
 
@@ -104,9 +94,6 @@ def _build(problem: Problem, scaling: Scaling, options: SolveOptions, upper: int
     constraints.precedences(v)
     constraints.device_no_overlap(v)
     constraints.transfers(v)
-    constraints.transfer_anchoring(v)
-    if options.tightness == "on" or (options.tightness == "auto" and _tightness_size(problem) <= TIGHTNESS_LIMIT):
-        constraints.runtime_tightness(v)
     peaks, uppers = [], []
     if capacity_vars:
         for d in range(problem.devices):
@@ -163,37 +150,10 @@ def _hint_values(m: _Model, values: dict[int, int]) -> None:
     ends = [values[e.Index()] for e in v.end.values() if e.Index() in values]
     if ends:
         values[v.makespan.Index()] = max(ends)
-    extra = _hint_tightness(v, values)
     m.model.clear_hints()
-    for var in _all_vars(m) + extra:
+    for var in _all_vars(m):
         if var.Index() in values:
             m.model.add_hint(var, values[var.Index()])
-
-
-def _hint_tightness(v: Variables, values: dict[int, int]) -> list:
-    """Values of the runtime-tightness helpers (which choice each start equals) for a hinted solution."""
-    def value(var, offset=0):
-        if var is None:
-            return offset
-        return values.get(var.Index(), 0) + offset
-
-    out = []
-    for proxy, chosen, end, (other, off) in v.proxies:
-        values[proxy.Index()] = value(end) if values.get(chosen.Index()) else value(other, off)
-        out.append(proxy)
-    for index, choices, start, present, target in v.ties:
-        options = [value(var, off) for var, off in choices]
-        if present is not None and not values.get(present.Index()):
-            pick = 0
-        else:
-            want = value(start)
-            pick = next((i for i, x in enumerate(options) if x == want), 0)
-        values[index.Index()] = pick
-        out.append(index)
-        if target is not start:
-            values[target.Index()] = options[pick]
-            out.append(target)
-    return out
 
 
 def _all_vars(m: _Model) -> list:
@@ -234,18 +194,13 @@ def _model_ops(m: _Model, values: dict[int, int]) -> list[ScheduledOp]:
 
 
 def realise(problem: Problem, ops: list[ScheduledOp], name: str = "cpsat") -> Schedule | None:
-    """The best checked schedule a runtime would really run from the solution's orders, or None.
+    """The model's solution as a checked schedule, or None if the checker refuses it.
 
-    Candidates: ``retime`` of the solution (its device lists and lane orders run
-    as soon as possible) and ``simulate`` of its device lists (lanes first come,
-    first served). Both re-time to themselves; the checker has the last word.
+    Under contract v2 a solution of the model is a valid schedule and runs as
+    planned; the runtime's re-timing of it (never later) is kept when shorter.
     """
-    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
-    for op in sorted(ops, key=lambda o: (o.start, o.kind.is_compute, o.end, o.stage, o.microbatch)):
-        orders[op.device].append(op.op)
-    amounts = {(o.stage, o.microbatch): o.amount for o in ops if o.kind is OpKind.OFFLOAD}
     best = None
-    for build in (lambda: retime(problem, ops), lambda: simulate(problem, orders, amounts)):
+    for build in (lambda: ops, lambda: retime(problem, ops)):
         try:
             schedule = make_schedule(problem, build(), name)
         except PpsolveError:
@@ -429,7 +384,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
             best_values = values
             break
     if run_a.values and best_values is not run_a.values[-1]:
-        notes.append("the final model solution did not re-time within capacity; an earlier one was used")
+        notes.append("the final model solution did not pass the checker; an earlier one was used")
         proven = False
 
     # Phase B: least offload at that makespan.

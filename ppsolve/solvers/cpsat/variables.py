@@ -43,11 +43,6 @@ class Variables:
     # (size var, start var, end var) of every variable-length memory interval, for hints.
     spans: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]] = field(default_factory=list)
     peaks: list[cp_model.IntVar] = field(default_factory=list)
-    # Runtime tightness (constraints.runtime_tightness), kept for hints:
-    # (proxy, chosen, end, (var or None, offset) when absent) and
-    # (index, [(var or None, offset)], start, presence or None, element target).
-    proxies: list = field(default_factory=list)
-    ties: list = field(default_factory=list)
 
     def span(self, start: cp_model.IntVar, end: cp_model.IntVar, name: str,
              present: cp_model.IntVar | None = None) -> cp_model.IntervalVar:

@@ -17,13 +17,14 @@ our own are always tried as well:
 from __future__ import annotations
 
 from ppsolve.checker import check
+from ppsolve.dependencies import dependency_table
 from ppsolve.errors import DeadlockError, PpsolveError
 from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.methods import RunOptions, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
-from ppsolve.simulator import simulate
+from ppsolve.simulator import forwards_wait_for_offloads, simulate
 
 
 def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
@@ -155,14 +156,18 @@ def acceptable(schedule: Schedule) -> bool:
 
 
 def own_warm_starts(problem: Problem) -> list[Schedule]:
+    """Our own plans, each as listed and, when it offloads, with every forward waiting for the
+    offloads before it (contract v2), which lowers the peak of back-to-back forwards."""
     out = []
     for name, orders in _own_plans(problem):
-        try:
-            schedule = make_schedule(problem, simulate(problem, orders), f"cpsat-warm:{name}")
-        except PpsolveError:
-            continue
-        if acceptable(schedule):
-            out.append(schedule)
+        waits = forwards_wait_for_offloads(orders)
+        for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
+            try:
+                schedule = make_schedule(problem, simulate(problem, orders, waits=plan_waits), f"cpsat-warm:{label}")
+            except PpsolveError:
+                continue
+            if acceptable(schedule):
+                out.append(schedule)
     return out
 
 
@@ -214,21 +219,17 @@ def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = Fals
     cap = [c if c is not None else float("inf") for c in p.capacity]
     total = S * m * len(p.kinds)
     t, done = 0.0, 0
-    last = S - 1
+    table = dependency_table(p, p.kinds)
 
     def ready(op: Op) -> float | None:
-        k, s, j = op
-        if k is OpKind.F:
-            deps = [(Op(OpKind.F, s - 1, j), p.latency(s - 1, s))] if s > 0 else []
-        elif k is OpKind.B:
-            deps = [(Op(OpKind.F, s, j), 0.0)] if s == last else [(Op(OpKind.B, s + 1, j), p.latency(s, s + 1))]
-        else:
-            deps = [(Op(OpKind.B, s, j), 0.0)]
         times = [0.0]
-        for dep, lag in deps:
-            if dep not in end:
+        for dep in table[(op.kind, op.stage)]:
+            if dep.optional:
+                continue  # no transfers in these plans
+            done_at = end.get(dep.op(op.microbatch))
+            if done_at is None:
                 return None
-            times.append(end[dep] + lag)
+            times.append(done_at + dep.lag)
         return max(times)
 
     while done < total:
@@ -273,8 +274,8 @@ def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = Fals
                     releases.append((t + dur, d, released))
         if progressed:
             continue
+        # a running op ends at its device's free_at, so that list holds every pending end
         future = [x for x in free_at if x > t + 1e-12] + [r[0] for r in releases if r[0] > t + 1e-12]
-        future += [x for x in end.values() if x > t + 1e-12]
         waiting = []
         for k in p.kinds:
             for s in range(S):
