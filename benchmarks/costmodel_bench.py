@@ -1,19 +1,18 @@
 """The cost model's section of BENCHMARKS.md: ``--partition auto`` against the even
 partition, and every instance of instances/papers solved beside the published schedules.
 
-    python benchmarks/costmodel_bench.py [--time-limit 10] [--paper-time-limit 30] [--out BENCHMARKS.md]
+    python benchmarks/costmodel_bench.py [--time-limit 10] [--paper-time-limit 30] [--json ROWS.json]
 
 Every run uses CP-SAT with one thread and seed 0. Auto and even get the same solver
 and the same time limit per solve (auto solves its ``--top`` best partitions).
-The section sits between two markers in BENCHMARKS.md and is replaced in place
-(appended when absent); the rest of the file is kept.
+It writes ``docs/bench/sections/30-costmodel.md``, which
+``benchmarks/write_benchmarks_md.py`` puts into BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -25,11 +24,12 @@ from ppsolve.bench import run_one  # noqa: E402
 from ppsolve.costmodel import (Layout, build_problem, even_partition, hardware_from_dict,  # noqa: E402
                                transformer_from_dict)
 from ppsolve.costmodel.search import search_partition  # noqa: E402
+from ppsolve.jsonio import write_bytes_atomic  # noqa: E402
 from ppsolve.methods import RunOptions, get_method  # noqa: E402
 from ppsolve.problem import Problem, load_problem, problem_from_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- costmodel:begin -->", "<!-- costmodel:end -->"
+SECTION = ROOT / "docs/bench/sections/30-costmodel.md"
 LLAMA_1B = json.loads((ROOT / "models/transformers/llama-1b-like.json").read_text())
 LLAMA_3B = {"name": "llama-3b-like", "layers": 28, "hidden": 3072, "ffn": 8192, "heads": 24, "kv_groups": 8,
             "sequence": 4096, "micro_batch_size": 1, "vocabulary": 128256, "gated_mlp": True}
@@ -122,7 +122,7 @@ def _f(x, digits=2) -> str:
 
 
 def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) -> str:
-    lines = [BEGIN, "## Cost model: partition search and paper instances", "",
+    lines = ["## Cost model: partition search and paper instances", "",
              "Written by `python benchmarks/costmodel_bench.py "
              f"--time-limit {args.time_limit:g} --paper-time-limit {args.paper_time_limit:g} --top {args.top}` "
              "(CP-SAT, 1 thread, seed 0, on the shared 2-core build machine). Problems from `ppsolve problem` "
@@ -163,15 +163,7 @@ def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) 
             verdict = "no" if diff is None or abs(diff) > 0.005 else "yes"
             lines.append(f"| {r['instance']} | {r['method']} | {r['published']:.4f} | {_f(ours, 4)} | "
                          f"{'-' if diff is None else f'{diff:+.4f}'} | {verdict} |")
-    lines.append(END)
     return "\n".join(lines) + "\n"
-
-
-def write_section(text: str, path: Path) -> None:
-    old = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
 
 
 def main() -> None:
@@ -184,12 +176,12 @@ def main() -> None:
                         help="run one part; the other's rows come from the --json file of an earlier run")
     parser.add_argument("--json", help="also write the raw rows here")
     parser.add_argument("--from-json", help="write the section from rows an earlier run saved with --json")
-    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--out", default=str(SECTION), help="the section file (default: %(default)s)")
     args = parser.parse_args()
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
-        write_section(section(saved["auto"], saved["papers"], args), Path(args.out))
-        print(f"wrote the cost model section of {args.out} from {args.from_json}")
+        write_bytes_atomic(args.out, section(saved["auto"], saved["papers"], args).encode())
+        print(f"wrote {args.out} from {args.from_json}")
         return
     earlier = json.loads(Path(args.json).read_text()) if args.only and args.json else {"auto": [], "papers": []}
     auto_rows = earlier["auto"] if args.only == "papers" else []
@@ -206,8 +198,8 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"auto": auto_rows, "papers": paper}, indent=1))
-    write_section(section(auto_rows, paper, args), Path(args.out))
-    print(f"wrote the cost model section of {args.out}")
+    write_bytes_atomic(args.out, section(auto_rows, paper, args).encode())
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
