@@ -9,10 +9,10 @@ import pytest
 from tests.executor_helpers import ROOT
 
 from ppsolve.costmodel import (Layout, Partition, build_problem, bundled_gpus, even_partition, hardware_from_dict,
-                               load_costmodel_schema, offload_k, parse_partition, recorded_partition,
-                               transformer_from_dict)
+                               offload_k, parse_partition, recorded_partition, transformer_from_dict)
 from ppsolve.costmodel import formulas
 from ppsolve.errors import InputError
+from ppsolve.schemas import load_schema
 
 LLAMA = ROOT / "models" / "transformers" / "llama-1b-like.json"
 CLASSIC = {"layers": 8, "hidden": 1024, "heads": 16, "sequence": 2048, "micro_batch_size": 2, "vocabulary": 50000}
@@ -95,7 +95,7 @@ def test_schemas_are_published_and_valid_json_schema():
     import jsonschema
 
     for name in ("transformer", "hardware", "gpus"):
-        jsonschema.Draft202012Validator.check_schema(load_costmodel_schema(name))
+        jsonschema.Draft202012Validator.check_schema(load_schema(name))
 
 
 def test_partition_text_forms():

@@ -59,8 +59,8 @@ def _capacity(text: str):
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ppsolve.costmodel import Layout, build_problem, load_hardware, load_transformer, parse_partition
-    from ppsolve.costmodel.descriptions import hardware_of_gpu
+    from ppsolve.costmodel import (Layout, build_problem, hardware_of_gpu, load_hardware, load_transformer,
+                                   parse_partition)
     from ppsolve.costmodel.partition import even_partition
     from ppsolve.costmodel.report import render_k_table, render_stages, render_trials
     from ppsolve.errors import InputError

@@ -2,7 +2,8 @@
 
 A transformer description (``ppsolve/transformer@1``) gives the sizes the cost
 formulas need; a hardware description (``ppsolve/hardware@1``) names a bundled
-GPU profile (``data/gpus.json``) and overrides any of its figures.
+GPU profile (``data/gpus.json``) and overrides any of its figures. Their schemas
+live with the others in ``ppsolve/schemas/`` (``ppsolve schema transformer``).
 """
 
 from __future__ import annotations
@@ -14,31 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
-from ppsolve.schemas import validate_with
+from ppsolve.schemas import validate
 
-SCHEMA_NAMES = ("transformer", "hardware", "gpus")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-@lru_cache(maxsize=None)
-def load_costmodel_schema(name: str) -> dict:
-    """The JSON Schema of a ``transformer``, ``hardware`` or ``gpus`` file."""
-    if name not in SCHEMA_NAMES:
-        raise ValueError(f"unknown schema {name!r}; choose from {', '.join(SCHEMA_NAMES)}")
-    return json.loads(resources.files(__package__).joinpath(f"data/{name}.schema.json").read_text(encoding="utf-8"))
-
-
-@lru_cache(maxsize=None)
-def _validator(name: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(load_costmodel_schema(name))
-
-
-def _validate(data: Any, name: str, where: str) -> None:
-    validate_with(_validator(name), data, where)
 
 
 @dataclass(frozen=True)
@@ -81,7 +62,7 @@ class Transformer:
 
 def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
     """Validate a transformer description; InputError names the bad field."""
-    _validate(data, "transformer", where)
+    validate(data, "transformer", where)
     hidden, heads = data["hidden"], data["heads"]
     if hidden % heads:
         raise InputError(f"{where}.heads", f"must divide hidden ({hidden}), got {heads}")
@@ -119,7 +100,7 @@ _GPU_FIGURES = ("tflops", "hbm_gib", "host_link_gbps", "shared_pcie_switch", "nv
 def bundled_gpus() -> dict[str, Gpu]:
     """The bundled GPU profiles by upper-case name (validated against ``gpus.schema.json``)."""
     data = json.loads(resources.files(__package__).joinpath("data/gpus.json").read_text(encoding="utf-8"))
-    _validate(data, "gpus", "gpus.json")
+    validate(data, "gpus", "gpus.json")
     return {name.upper(): Gpu(name=name, **{k: entry[k] for k in _GPU_FIGURES}, sources=entry.get("x-sources", {}))
             for name, entry in data["gpus"].items()}
 
@@ -153,7 +134,7 @@ class Hardware:
 
 def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
     """Validate a hardware description; InputError names the bad field."""
-    _validate(data, "hardware", where)
+    validate(data, "hardware", where)
     gpu = gpu_named(data["gpu"], f"{where}.gpu")
     overrides = {k: data[k] for k in _GPU_FIGURES if k in data}
     return Hardware(gpu=replace(gpu, **overrides), p2p=data.get("p2p", "nvlink"),

@@ -12,12 +12,12 @@ import jsonschema
 
 from ppsolve.errors import InputError
 
-SCHEMA_NAMES = ("problem", "schedule")
+SCHEMA_NAMES = ("problem", "schedule", "transformer", "hardware", "gpus")
 
 
 @lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
-    """The JSON Schema of the ``problem`` or ``schedule`` file."""
+    """The JSON Schema of a file format (``SCHEMA_NAMES``)."""
     if name not in SCHEMA_NAMES:
         raise ValueError(f"unknown schema {name!r}; choose from {', '.join(SCHEMA_NAMES)}")
     text = resources.files(__package__).joinpath(f"{name}.schema.json").read_text(encoding="utf-8")
@@ -95,14 +95,9 @@ def _describe(error: jsonschema.ValidationError, prefix: str) -> InputError:
 
 def validate(instance: Any, name: str, prefix: str) -> None:
     """Raise InputError for the first violation of schema ``name`` in ``instance``."""
-    validate_with(_validator(name), instance, prefix)
-
-
-def validate_with(validator: jsonschema.protocols.Validator, instance: Any, prefix: str) -> None:
-    """Raise InputError for the first violation of ``validator``'s schema (any ppsolve schema)."""
     if not isinstance(instance, dict):
         raise InputError(prefix, f"must be a JSON object, got {_json_type(instance)}")
-    errors = list(validator.iter_errors(instance))
+    errors = list(_validator(name).iter_errors(instance))
     if errors:
         # Report the shallowest, then the first in document order: the root cause.
         # A wrong format tag comes first: the file is probably not a ppsolve file at all.
