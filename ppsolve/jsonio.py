@@ -27,6 +27,10 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(what, f"{path} is nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise InputError(what, f"{path} holds a number too long to read ({str(exc).split(';')[0]})") from None
 
 
 def _reject_constant(name: str) -> float:

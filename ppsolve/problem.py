@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
+from ppsolve.limits import check_counts
 from ppsolve.ops import Op, OpKind
 from ppsolve.schemas import validate
 
@@ -246,6 +247,7 @@ def _compact(values: tuple) -> Any:
 def problem_from_dict(data: Any, where: str = "problem") -> Problem:
     """Validate a problem file's content and build the Problem; InputError names the bad field."""
     validate(data, "problem", where)
+    check_counts(data, where)
     devices, microbatches = int(data["devices"]), int(data["microbatches"])
     chunks = int(data.get("chunks", 1))
     stages = devices * chunks
