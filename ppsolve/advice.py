@@ -180,16 +180,19 @@ def explain_offload(schedule: Schedule) -> str:
             f"(peak {max(schedule.peak_memory):g}; offload costs host-link time and is used only where it helps)")
 
 
-def least_cap(problem: Problem, problem_path: str) -> tuple[float | None, float | None, str | None, str | None]:
-    """(unbounded optimum if known, a cap that reaches it, the baseline that shows it, the command for the least).
+def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, float | None, str | None, str | None]:
+    """(unbounded optimum if known, a cap that reaches it, the schedule that shows it, the command for the least).
 
-    Cheap: the uncapped analytic bound is the unbounded optimum when some published schedule built
-    without the caps reaches it; the least of their peaks is then a cap that reaches it. The exact least
-    cap is a memory-objective solve, whose command is returned.
+    Cheap: the uncapped analytic bound is the unbounded optimum when this solve or some published
+    schedule built without the caps reaches it; the least of their peaks is then a cap that reaches it,
+    and the least one when it equals the least capacity any schedule needs (bounds.min_capacity).
+    Otherwise the exact least cap is a memory-objective solve, whose command is returned.
     """
-    free = problem.replace(capacity=None)
+    free = schedule.problem.replace(capacity=None)
     bound = makespan_lower_bound(free).value
     reach: list[tuple[float, str]] = []
+    if schedule.makespan <= bound * (1 + _TOL) + _TOL:
+        reach.append((max(schedule.peak_memory), "this solve"))
     for method in _published():
         if method.why_not(free) is not None:
             continue
@@ -201,7 +204,8 @@ def least_cap(problem: Problem, problem_path: str) -> tuple[float | None, float 
     if not reach:
         return None, None, None, command
     cap, name = min(reach)
-    return bound, cap, name, command
+    floor = max(min_capacity(free, offload=free.can_offload))
+    return bound, cap, name, None if cap <= floor + _TOL else command
 
 
 def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: float) -> Advice:
@@ -211,7 +215,7 @@ def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: floa
     """
     problem = schedule.problem
     best, refused = compare_published(problem)
-    unbounded, cap, by, command = least_cap(problem, problem_path)
+    unbounded, cap, by, command = least_cap(schedule, problem_path)
     return Advice(makespan=schedule.makespan, best=best, refused=tuple(refused),
                   gap=explain_gap(schedule, status, lower_bound), offload=explain_offload(schedule),
                   unbounded_makespan=unbounded, least_cap=cap, least_cap_by=by, least_cap_command=command)
