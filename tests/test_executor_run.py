@@ -119,3 +119,22 @@ def test_profile_then_run_end_to_end(tmp_path):
     measured = [outcome.results[s].activation_bytes[s][0] for s in range(2)]
     assert measured == profiled
     _assert_peaks_match(outcome)
+
+
+def test_run_excludes_a_warm_up_step_and_refuses_another_model(tmp_path, capsys):
+    from ppsolve.cli import main
+    from ppsolve.errors import InputError
+    from ppsolve.executor.api import prepare
+    from ppsolve.problem import problem_from_dict
+
+    prob = problem(2, 2)
+    data = prob.to_dict()
+    data["x-profile"] = {"model": {"name": "some-other-model"}}
+    profiled = problem_from_dict(data)
+    with pytest.raises(InputError, match="profiled on model 'some-other-model'"):
+        prepare(make(profiled, pipelined_orders(profiled, lag=1), "x"), GPT, None, "ppsolve")
+    path = tmp_path / "s.json"
+    make(prob, pipelined_orders(prob, lag=1), "1f1b-order").save(path)
+    assert main(["run", str(path), "--model", str(GPT)]) == 0
+    out = capsys.readouterr().out
+    assert "2 step(s)" in out and "warm-up step (excluded from the figures above): span" in out
