@@ -52,6 +52,7 @@ class Frontier:
     solver: str
     time_limit: float | None
     points: list[FrontierPoint] = field(default_factory=list)
+    units: tuple[str, str] = ("problem's time unit", "problem's memory unit")  # time, memory (Problem.units)
 
     def curve(self, name: str) -> list[FrontierPoint]:
         return [p for p in self.points if p.curve == name]
@@ -181,7 +182,8 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
     if reason is not None:
         raise NotApplicableError(f"the solver {solver.name} does not apply to this problem: {reason}")
     options = RunOptions(time_limit=time_limit, threads=threads, quiet=True)
-    frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit)
+    frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit,
+                        units=problem.units)
     offload = problem.can_offload
     low = max(min_capacity(problem, offload=offload), default=0.0)
     unbounded: FrontierPoint | None = None

@@ -123,6 +123,16 @@ class Problem:
                 pass
         return "custom"
 
+    @cached_property
+    def units(self) -> tuple[str, str]:
+        """The time and memory units, from the ``x-units`` annotation (``{"time": "ms", "memory": "GiB"}``)
+        or a profile's ``x-profile.units``; else generic words. Only pictures and reports use them."""
+        profile = self.annotations.get("x-profile")
+        units = self.annotations.get("x-units") or (profile.get("units") if isinstance(profile, dict) else None)
+        if not isinstance(units, dict):
+            units = {}
+        return str(units.get("time", "problem's time unit")), str(units.get("memory", "problem's memory unit"))
+
     @property
     def backward_mode(self) -> str:
         return "split" if self.split_backward else "fused"

@@ -8,6 +8,7 @@ method, makespan, bound and gap, bubble ratio and peak memory.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from ppsolve.bounds import makespan_lower_bound
@@ -32,6 +33,9 @@ MIN_OP_WIDTH = 0.14  # width the shortest compute op gets by default
 MAX_WIDTH = 32.0
 SEPARATE_MEMORY_PANELS = 16  # above this many devices, memory shares one panel
 LABEL_FONT = 5.5
+MIN_BOX = 0.025  # inches: the narrowest a box is drawn, so that light stages stay visible
+HEAD_FONT, SUB_FONT = 11.0, 8.5
+CHAR_EM = 0.6  # average character width of the title font, in ems
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,14 @@ class GanttLayout:
     height: float
     gantt_height: float
     memory_height: float
-    lanes: bool
+    transfer_devices: tuple[int, ...]
     memory_panels: int
+    title: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    top: float = TOP
+
+    @property
+    def lanes(self) -> bool:
+        return bool(self.transfer_devices)
 
 
 def shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
@@ -55,37 +65,59 @@ def shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
     return (r + (1 - r) * mix, g + (1 - g) * mix, b + (1 - b) * mix)
 
 
+def transfer_devices(schedule: Schedule) -> tuple[int, ...]:
+    """The devices that move anything to or from host memory: only they get d2h/h2d lanes."""
+    return tuple(sorted({op.device for op in schedule.ops if op.kind.is_transfer}))
+
+
 def has_transfer_lanes(schedule: Schedule) -> bool:
-    """Draw d2h/h2d lanes when the problem can offload or the schedule moves anything."""
-    return schedule.problem.can_offload or any(op.kind.is_transfer for op in schedule.ops)
+    return bool(transfer_devices(schedule))
+
+
+def wrap_title(schedule: Schedule, width: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The two title lines, each wrapped to the width of the figure (in inches)."""
+    head, sub = title_lines(schedule)
+    room = max(1.0, width - LEFT - 0.15) * 72
+    return (tuple(textwrap.wrap(head, int(room / (HEAD_FONT * CHAR_EM)))),
+            tuple(textwrap.wrap(sub, int(room / (SUB_FONT * CHAR_EM)))))
+
+
+def _top(title: tuple[tuple[str, ...], tuple[str, ...]]) -> float:
+    """Room above the chart: the title's lines plus the legend row."""
+    head, sub = title
+    return TOP + 0.2 * max(0, len(head) - 1) + 0.16 * max(0, len(sub) - 1)
 
 
 def layout(schedule: Schedule, size: tuple[float, float] | None = None) -> GanttLayout:
     """A size that keeps the shortest op's label readable, within sensible limits."""
     problem = schedule.problem
-    lanes = has_transfer_lanes(schedule)
+    movers = transfer_devices(schedule)
     d = problem.devices
-    row = COMPUTE_ROW + (2 * TRANSFER_ROW if lanes else 0.0) + DEVICE_GAP
-    gantt = d * row
+    gantt = d * (COMPUTE_ROW + DEVICE_GAP) + len(movers) * 2 * TRANSFER_ROW
     panels = d if d <= SEPARATE_MEMORY_PANELS else 1
     memory = d * MEMORY_ROW if panels > 1 else 2.5
     if size is not None:
         width, height = size
-        scale = max(0.05, height - TOP - BOTTOM - MEMORY_GAP) / (gantt + memory)
-        return GanttLayout(width, height, gantt * scale, memory * scale, lanes, panels)
+        title = wrap_title(schedule, width)
+        top = _top(title)
+        scale = max(0.05, height - top - BOTTOM - MEMORY_GAP) / (gantt + memory)
+        return GanttLayout(width, height, gantt * scale, memory * scale, movers, panels, title, top)
     durations = [op.duration for op in schedule.ops if op.kind.is_compute and op.duration > 0]
     shortest = min(durations, default=1.0)
     span = max(schedule.makespan, shortest)
     width = min(MAX_WIDTH, max(8.0, LEFT + RIGHT + MIN_OP_WIDTH * span / shortest))
-    height = TOP + gantt + MEMORY_GAP + memory + BOTTOM
-    return GanttLayout(width, height, gantt, memory, lanes, panels)
+    title = wrap_title(schedule, width)
+    top = _top(title)
+    height = top + gantt + MEMORY_GAP + memory + BOTTOM
+    return GanttLayout(width, height, gantt, memory, movers, panels, title, top)
 
 
 def _chunk_index(schedule: Schedule) -> dict[int, int]:
     return {stage: index for stages in schedule.problem.stages_of_device for index, stage in enumerate(stages)}
 
 
-def _lane_rows(schedule: Schedule, lanes: bool) -> tuple[dict[tuple[int, str], tuple[float, float]], list, list]:
+def _lane_rows(schedule: Schedule, movers: tuple[int, ...]) -> tuple[dict[tuple[int, str], tuple[float, float]],
+                                                                      list, list]:
     """(device, lane) -> (y bottom, height) in inches from the top, and the y tick positions/labels."""
     rows, ticks, labels = {}, [], []
     y = 0.0
@@ -94,7 +126,7 @@ def _lane_rows(schedule: Schedule, lanes: bool) -> tuple[dict[tuple[int, str], t
         ticks.append(y + COMPUTE_ROW / 2)
         labels.append(f"dev {device}")
         y += COMPUTE_ROW
-        if lanes:
+        if device in movers:
             for lane in ("d2h", "h2d"):
                 rows[(device, lane)] = (y, TRANSFER_ROW)
                 ticks.append(y + TRANSFER_ROW / 2)
@@ -150,7 +182,7 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     problem = schedule.problem
     lay = layout(schedule, size)
     fig = new_figure(lay.width, lay.height)
-    rows, ticks, labels = _lane_rows(schedule, lay.lanes)
+    rows, ticks, labels = _lane_rows(schedule, lay.transfer_devices)
     gantt_units = sum(h for _, h in rows.values()) + DEVICE_GAP * problem.devices
     span = max(schedule.makespan, 1e-9)
 
@@ -162,7 +194,7 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     def frac_y(inches_from_top: float) -> float:
         return 1.0 - inches_from_top / lay.height
 
-    ax = fig.add_axes((frac_x(LEFT), frac_y(TOP + lay.gantt_height), axes_w / lay.width, lay.gantt_height / lay.height))
+    ax = fig.add_axes((frac_x(LEFT), frac_y(lay.top + lay.gantt_height), axes_w / lay.width, lay.gantt_height / lay.height))
     ax.set_xlim(0, span)
     ax.set_ylim(gantt_units, 0)
     ax.set_yticks(ticks)
@@ -176,17 +208,20 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     ax.set_axisbelow(True)
 
     chunk_of = _chunk_index(schedule)
+    units_per_inch = span / axes_w
+    narrowest = MIN_BOX * units_per_inch
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for op in schedule.ops:
         lane = _lane_of(op)
         y, h = rows[(op.device, lane)]
         color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), problem.chunks)
-        groups.setdefault((y, h, color), []).append((op.start, op.duration))
+        groups.setdefault((y, h, color), []).append((op.start, max(op.duration, narrowest)))
+    thin = narrowest > 0.3 * min((op.duration for op in schedule.ops if op.duration > 0), default=narrowest)
     for (y, h, color), spans in groups.items():
-        ax.broken_barh(spans, (y + 0.01, h - 0.02), facecolors=[color], edgecolors="white", linewidths=0.4)
+        ax.broken_barh(spans, (y + 0.01, h - 0.02), facecolors=[color], edgecolors="white",
+                       linewidths=0.15 if thin else 0.4)
 
     # A label needs about 0.6 em per character plus a little padding.
-    units_per_inch = span / axes_w
     char_w = LABEL_FONT * 0.62 / 72 * units_per_inch
     for op in schedule.ops:
         text = str(op.microbatch)
@@ -205,9 +240,15 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
                    for c in range(problem.chunks)]
     ax.legend(handles=legend, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(legend), frameon=False,
               fontsize=8, handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
-    head, sub = title_lines(schedule)
-    fig.text(frac_x(LEFT), frac_y(0.22), head, fontsize=11, weight="bold", va="center")
-    fig.text(frac_x(LEFT), frac_y(0.48), sub, fontsize=8.5, va="center", color="#333333")
+    head, sub = lay.title or wrap_title(schedule, lay.width)
+    y = 0.22
+    for line in head:
+        fig.text(frac_x(LEFT), frac_y(y), line, fontsize=HEAD_FONT, weight="bold", va="center")
+        y += 0.2
+    y += 0.06
+    for line in sub:
+        fig.text(frac_x(LEFT), frac_y(y), line, fontsize=SUB_FONT, va="center", color="#333333")
+        y += 0.16
     ax.tick_params(axis="x", labelbottom=False)
     bound = best_bound(schedule)
     if 0 < bound < span:
@@ -226,7 +267,8 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
     peaks = schedule.peak_memory
     caps = [c for c in problem.capacity if c is not None]
     top = max([*peaks, *caps, 1e-9]) * 1.12
-    first = TOP + lay.gantt_height + MEMORY_GAP
+    time_unit, memory_unit = problem.units
+    first = lay.top + lay.gantt_height + MEMORY_GAP
     panel_h = lay.memory_height / lay.memory_panels
     for panel in range(lay.memory_panels):
         y0 = first + panel * panel_h
@@ -244,27 +286,40 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
             cap = problem.capacity[device]
             if cap is not None and (lay.memory_panels > 1 or device == 0 or cap != problem.capacity[0]):
                 ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", linewidth=0.9)
+            if cap is not None and peaks[device] > cap + 1e-9 * max(1.0, cap):
+                _mark_over_capacity(ax, times, levels, cap)
         ax.set_ylim(0, top)
         ax.set_xlim(0, span)
         ax.tick_params(labelsize=6.5)
         ax.grid(axis="x", color="#eeeeee", linewidth=0.5)
         if lay.memory_panels > 1:
             cap = problem.capacity[panel]
-            note = f"peak {peaks[panel]:g}" + ("" if cap is None else f" / cap {cap:g}")
-            ax.text(1.005, 0.5, note, transform=ax.transAxes, ha="left", va="center", fontsize=6.5, color="#333333")
+            over = cap is not None and peaks[panel] > cap + 1e-9 * max(1.0, cap)
+            note = f"peak {peaks[panel]:g}" + ("" if cap is None else f" {'>' if over else '/'} cap {cap:g}")
+            ax.text(1.005, 0.5, note, transform=ax.transAxes, ha="left", va="center", fontsize=6.5,
+                    color=CAPACITY_COLOR if over else "#333333", weight="bold" if over else "normal")
             ax.set_ylabel(f"dev {panel}", fontsize=7, rotation=0, ha="right", va="center")
             ax.yaxis.set_label_coords(-0.42 / axes_w, 0.5)
             ax.locator_params(axis="y", nbins=2)
         else:
-            ax.set_ylabel("memory", fontsize=8)
+            ax.set_ylabel(f"memory ({memory_unit})", fontsize=8)
             ax.legend(fontsize=6, ncol=min(8, problem.devices), loc="upper right", frameon=False)
         if panel == 0:
-            ax.set_title("memory held per device (dashed: capacity)", fontsize=8, loc="left")
+            ax.set_title(f"memory held per device, in {memory_unit} (dashed: capacity; red: above it)",
+                         fontsize=8, loc="left")
         if panel < lay.memory_panels - 1:
             ax.tick_params(axis="x", labelbottom=False)
         else:
-            ax.set_xlabel("time", fontsize=8)
+            ax.set_xlabel(f"time ({time_unit})", fontsize=8)
             ax.tick_params(axis="x", labelbottom=True)
+
+
+def _mark_over_capacity(ax, times: list[float], levels: list[float], cap: float) -> None:
+    """Fill red where the memory held is above the capacity, and mark the highest point."""
+    ax.fill_between(times, levels, cap, where=[level > cap for level in levels], step="post",
+                    color=CAPACITY_COLOR, alpha=0.55, linewidth=0, interpolate=False)
+    peak = max(range(len(levels)), key=levels.__getitem__)
+    ax.plot([times[peak]], [levels[peak]], marker="v", color=CAPACITY_COLOR, markersize=5)
 
 
 def plot_schedule(schedule: Schedule, path, size: tuple[float, float] | None = None, dpi: float = 100) -> None:
