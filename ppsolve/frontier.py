@@ -239,3 +239,23 @@ def frontier_csv(frontier: Frontier) -> str:
 
 def write_frontier_csv(frontier: Frontier, path: str | Path) -> None:
     write_text_atomic(path, frontier_csv(frontier))
+
+
+def read_frontier_points(path: str | Path) -> list[FrontierPoint]:
+    """The points of a CSV that :func:`frontier_csv` wrote (to draw it again without solving)."""
+    points = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            values: dict = {}
+            for key in COLUMNS:
+                text = row[key]
+                if key in ("curve", "method", "status", "note"):
+                    values[key] = text
+                elif key == "valid":
+                    values[key] = {"yes": True, "no": False}.get(text)
+                elif text in ("", "unbounded"):
+                    values[key] = None if key != "seconds" else 0.0
+                else:
+                    values[key] = float(text)
+            points.append(FrontierPoint(**values))
+    return points
