@@ -45,13 +45,13 @@ def _limit(text: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppsolve.advice import advise
-    from ppsolve.solvers.cpsat import SolveOptions, solve
-
     if args.makespan_limit is not None and args.objective != "memory":
         raise InputError("--makespan-limit", "applies only with --objective memory")
     require_directory(args.output)
-    problem = load_problem(args.problem)
+    problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
+
+    from ppsolve.advice import advise
+    from ppsolve.solvers.cpsat import SolveOptions, solve
     result = solve(problem, SolveOptions(
         time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
         makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start, quiet=args.quiet,
