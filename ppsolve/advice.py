@@ -85,7 +85,7 @@ class Advice:
     def lines(self) -> list[str]:
         out = []
         if self.best is None:
-            out.append("published schedules: none applies within the memory capacity")
+            out.append("published schedules: none fits the memory cap")
         else:
             faster = "as fast as" if abs(self.speedup) < 1e-9 else f"{self.speedup:.1%} faster than"
             out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
