@@ -168,8 +168,8 @@ def require_feasible_capacity(problem: Problem) -> None:
     short = capacity_shortfalls(problem)
     if not short:
         return
-    # One line however many devices: the device short by the most, and how many others are short.
-    device, need, cap = max(short, key=lambda item: item[1] - item[2])
+    # One line however many devices: the first device that is short, and how many others are.
+    device, need, cap = short[0]
     stages = ", ".join(str(s) for s in problem.stages_of_device[device])
     text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
     text += f"; {min_capacity(problem, offload=False)[device]:g} without offload)" if problem.can_offload else ")"

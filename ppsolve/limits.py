@@ -20,8 +20,10 @@ MAX_CHUNKS = 64
 MAX_OPS = 100_000
 """Ops of one iteration: compute ops ``devices * chunks * microbatches * (3 split, 2 fused)``; a schedule
 file may hold up to twice as many (an OFFLOAD and a RELOAD per forward at most)."""
-MAX_MAGNITUDE = 1e15
-"""The largest absolute value of any number in a file (times, memory, bandwidth, start and end)."""
+MAX_MAGNITUDE = 1e12
+"""The largest absolute value of any number in a file (times, memory, bandwidth, start and end), and of a
+transfer's duration (amount / bandwidth): MAX_OPS ops this long still sum far inside a 64-bit integer,
+the solver's domain."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
 
@@ -41,6 +43,13 @@ def check_counts(data: dict, where: str) -> None:
     if ops > MAX_OPS:
         raise InputError(where, f"has {ops} compute ops (devices x chunks x microbatches x "
                                 f"{_kinds(data)}); ppsolve's limit is {MAX_OPS}")
+
+
+def check_transfer_time(amount: float, bandwidth: float, where: str) -> None:
+    """Refuse a bandwidth so small that moving ``amount`` would take longer than MAX_MAGNITUDE."""
+    if amount / bandwidth > MAX_MAGNITUDE:
+        raise InputError(where, f"too small: moving {amount:g} would take {amount / bandwidth:.3g}, beyond "
+                                f"ppsolve's limit of {MAX_MAGNITUDE:g} per op")
 
 
 def compute_op_count(data: dict) -> int:

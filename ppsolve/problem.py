@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
-from ppsolve.limits import check_counts
+from ppsolve.limits import check_counts, check_transfer_time
 from ppsolve.ops import Op, OpKind
 from ppsolve.schemas import validate
 
@@ -296,6 +296,10 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
                                      f"device {device} is already on link {seen[device]}")
                 seen[device] = li
         links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
+        largest = max(f * a for f, a in zip(fraction, activation))
+        for direction in ("d2h", "h2d"):
+            check_transfer_time(largest, float(raw_off["bandwidth"][direction]),
+                                f"{where}.offload.bandwidth.{direction}")
         offload = OffloadConfig(fraction=fraction, d2h=float(raw_off["bandwidth"]["d2h"]),
                                 h2d=float(raw_off["bandwidth"]["h2d"]),
                                 links=tuple(tuple(int(d) for d in link) for link in links),

@@ -62,9 +62,11 @@ def test_op_count_past_the_limit_is_refused_at_once(tmp_path, capsys, command):
 
 
 @pytest.mark.parametrize("text,expected", [
-    (json.dumps(problem_dict(time_forward=1e308)), "problem.time.forward: must be at most 1e+15 in magnitude"),
+    (json.dumps(problem_dict(time_forward=1e308)), "problem.time.forward: must be at most 1e+12 in magnitude"),
+    (json.dumps(problem_dict(offload={"bandwidth": {"d2h": 1e-300, "h2d": 1}})),
+     "problem.offload.bandwidth.d2h: too small: moving 1 would take 1e+300"),
     (json.dumps(problem_dict(memory_activation=[1, 10 ** 400])), "problem.memory.activation[1]: must be at most"),
-    (json.dumps(problem_dict(time_p2p=1e16)), "problem.time.p2p: must be at most"),
+    (json.dumps(problem_dict(time_p2p=1e13)), "problem.time.p2p: must be at most"),
     (json.dumps(problem_dict(devices=10 ** 3000)), "problem.devices: must be at most"),
     (json.dumps(problem_dict()).replace('"devices": 2', '"devices": ' + "9" * 5000), "number too long to read"),
     (json.dumps(problem_dict(time_forward=[float("nan"), 1])), "problem.time.forward[0]: must be a finite number"),
@@ -122,3 +124,13 @@ def test_output_into_a_missing_directory_is_an_error(tmp_path, capsys, command):
     assert main(argv) == 2
     assert f"directory {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     assert not target.parent.exists()
+
+
+def test_infeasible_capacity_on_many_devices_is_one_short_line(tmp_path, capsys):
+    content = problem_dict(devices=16, microbatches=4, memory_capacity=0.1)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(content))
+    assert main(["solve", str(path), "-o", str(tmp_path / "s.json"), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 200
+    assert "device 0 needs at least 1" in err and "15 other device(s) too" in err
