@@ -134,3 +134,18 @@ def test_infeasible_capacity_on_many_devices_is_one_short_line(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 200
     assert "device 0 needs at least 1" in err and "15 other device(s) too" in err
+
+
+@pytest.mark.parametrize("command", ["check", "plot", "export", "frontier", "run"])
+def test_other_commands_refuse_a_too_large_problem_at_once(tmp_path, capsys, command):
+    big = problem_dict(devices=100000)
+    path = tmp_path / "in.json"
+    content = big if command == "frontier" else {"format": "ppsolve/schedule@1", "problem": big, "ops": []}
+    path.write_text(json.dumps(content))
+    argv = {"check": [], "plot": ["-o", str(tmp_path / "g.png")], "export": ["--to", "torch", "-o", str(tmp_path / "t")],
+            "frontier": ["-o", str(tmp_path / "f.png")], "run": ["--model", "models/gpt-tiny.json"]}[command]
+    started = time.perf_counter()
+    assert main([command, str(path), *argv]) == 2
+    assert time.perf_counter() - started < 1.0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "problem.devices: must be <= 1024" in err

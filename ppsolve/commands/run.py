@@ -35,13 +35,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ppsolve.jsonio import require_directory, write_json_atomic
+    from ppsolve.schedule import load_schedule
+
+    if args.trace:
+        require_directory(args.trace)
+    schedule = load_schedule(args.schedule)  # bad input is answered before torch is imported
+
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
     from ppsolve.executor.report import chrome_trace, render
-    from ppsolve.jsonio import write_json_atomic
-    from ppsolve.schedule import load_schedule
-
-    schedule = load_schedule(args.schedule)
     outcome = execute(schedule, args.model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
