@@ -47,7 +47,7 @@ def _answers(argv: list[str], capsys, seconds: float = SECONDS) -> None:
     assert elapsed < seconds, (argv, elapsed)
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=250)
 @given(text=PROBLEMS)
 def test_loading_a_damaged_problem_is_valid_or_one_input_error(text):
     with tempfile.TemporaryDirectory() as folder:
@@ -57,7 +57,7 @@ def test_loading_a_damaged_problem_is_valid_or_one_input_error(text):
             assert "\n" not in str(error)
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=150)
 @given(text=SCHEDULES)
 def test_loading_a_damaged_schedule_is_valid_or_one_input_error(text):
     with tempfile.TemporaryDirectory() as folder:
