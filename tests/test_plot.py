@@ -158,3 +158,19 @@ def test_over_capacity_peak_is_marked(tmp_path):
     fig = draw_gantt(schedule)
     notes = [t for ax in fig.axes for t in ax.texts if "> cap" in t.get_text()]
     assert notes and all(t.get_color() == CAPACITY_COLOR for t in notes)
+
+
+def test_a_long_uneven_schedule_wraps_over_rows(tmp_path):
+    from ppsolve.plot.gantt import MAX_SEGMENTS, WRAP_WIDTH, draw_gantt
+    from ppsolve.problem import problem_from_dict
+
+    problem = problem_from_dict({"format": "ppsolve/problem@1", "devices": 4, "microbatches": 24,
+                                 "time": {"forward": [0.2, 4, 4, 9], "backward_input": [0.2, 4, 4, 10],
+                                          "backward_weight": [0.1, 3, 3, 8]}, "memory": {"activation": 1}})
+    schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
+    lay = layout(schedule)
+    assert 1 < lay.segments <= MAX_SEGMENTS and lay.width == WRAP_WIDTH
+    fig = draw_gantt(schedule)
+    rows = [ax for ax in fig.axes if ax.get_ylim()[0] > ax.get_ylim()[1]]  # the lanes (y grows downwards)
+    assert len(rows) == lay.segments
+    assert rows[0].get_xlim()[0] == 0 and abs(rows[-1].get_xlim()[1] - schedule.makespan) < 1e-9

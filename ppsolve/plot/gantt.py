@@ -8,6 +8,7 @@ method, makespan, bound and gap, bubble ratio and peak memory.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 
@@ -31,6 +32,10 @@ COMPUTE_ROW, TRANSFER_ROW, DEVICE_GAP = 0.34, 0.17, 0.08
 MEMORY_ROW, MEMORY_GAP = 0.52, 0.5
 MIN_OP_WIDTH = 0.14  # width the shortest compute op gets by default
 MAX_WIDTH = 32.0
+WRAP_WIDTH = 24.0  # a schedule that would need more than MAX_WIDTH is wrapped over rows of this width
+MAX_SEGMENTS = 4  # at most this many rows of time; beyond, boxes shrink (never below MIN_BOX)
+MAX_WRAPPED_HEIGHT = 12.0  # inches the wrapped rows may take together (many devices: fewer rows)
+SEGMENT_GAP = 0.45
 SEPARATE_MEMORY_PANELS = 16  # above this many devices, memory shares one panel
 LABEL_FONT = 5.5
 MIN_BOX = 0.025  # inches: the narrowest a box is drawn, so that light stages stay visible
@@ -50,7 +55,7 @@ class GanttLayout:
     memory_panels: int
     title: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     top: float = TOP
-
+    segments: int = 1  # rows the time axis is wrapped over; gantt_height covers them all
     @property
     def lanes(self) -> bool:
         return bool(self.transfer_devices)
@@ -105,11 +110,17 @@ def layout(schedule: Schedule, size: tuple[float, float] | None = None) -> Gantt
     durations = [op.duration for op in schedule.ops if op.kind.is_compute and op.duration > 0]
     shortest = min(durations, default=1.0)
     span = max(schedule.makespan, shortest)
-    width = min(MAX_WIDTH, max(8.0, LEFT + RIGHT + MIN_OP_WIDTH * span / shortest))
+    natural = MIN_OP_WIDTH * span / shortest  # inches of time axis for the shortest op to get its width
+    segments = 1
+    if LEFT + RIGHT + natural > MAX_WIDTH:
+        fit = int((MAX_WRAPPED_HEIGHT + SEGMENT_GAP) // (gantt + SEGMENT_GAP))
+        segments = max(1, min(MAX_SEGMENTS, fit, math.ceil(natural / (WRAP_WIDTH - LEFT - RIGHT))))
+    width = WRAP_WIDTH if segments > 1 else min(MAX_WIDTH, max(8.0, LEFT + RIGHT + natural))
     title = wrap_title(schedule, width)
     top = _top(title)
-    height = top + gantt + MEMORY_GAP + memory + BOTTOM
-    return GanttLayout(width, height, gantt, memory, movers, panels, title, top)
+    gantt_total = segments * gantt + (segments - 1) * SEGMENT_GAP
+    height = top + gantt_total + MEMORY_GAP + memory + BOTTOM
+    return GanttLayout(width, height, gantt_total, memory, movers, panels, title, top, segments)
 
 
 def _chunk_index(schedule: Schedule) -> dict[int, int]:
@@ -174,7 +185,11 @@ def title_lines(schedule: Schedule) -> tuple[str, str]:
 
 
 def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
-    """The Gantt chart and memory panels of ``schedule`` as a matplotlib Figure."""
+    """The Gantt chart and memory panels of ``schedule`` as a matplotlib Figure.
+
+    A schedule too long for one row is wrapped: the time axis is cut into ``layout().segments``
+    rows drawn one under the other; the memory panels below show the whole span.
+    """
     from matplotlib.patches import Patch
 
     from ppsolve.plot.figure import new_figure
@@ -185,7 +200,6 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     rows, ticks, labels = _lane_rows(schedule, lay.transfer_devices)
     gantt_units = sum(h for _, h in rows.values()) + DEVICE_GAP * problem.devices
     span = max(schedule.makespan, 1e-9)
-
     axes_w = max(0.1, lay.width - LEFT - RIGHT)
 
     def frac_x(inches: float) -> float:
@@ -194,43 +208,16 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     def frac_y(inches_from_top: float) -> float:
         return 1.0 - inches_from_top / lay.height
 
-    ax = fig.add_axes((frac_x(LEFT), frac_y(lay.top + lay.gantt_height), axes_w / lay.width, lay.gantt_height / lay.height))
-    ax.set_xlim(0, span)
-    ax.set_ylim(gantt_units, 0)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels(labels)
-    for tick, label in zip(ax.get_yticklabels(), labels):
-        tick.set_fontsize(8 if label.startswith("dev") else 6)
-        if not label.startswith("dev"):
-            tick.set_color("#555555")
-    ax.tick_params(axis="y", length=0)
-    ax.grid(axis="x", color="#dddddd", linewidth=0.5)
-    ax.set_axisbelow(True)
-
-    chunk_of = _chunk_index(schedule)
-    units_per_inch = span / axes_w
-    narrowest = MIN_BOX * units_per_inch
-    groups: dict[tuple, list[tuple[float, float]]] = {}
-    for op in schedule.ops:
-        lane = _lane_of(op)
-        y, h = rows[(op.device, lane)]
-        color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), problem.chunks)
-        groups.setdefault((y, h, color), []).append((op.start, max(op.duration, narrowest)))
-    thin = narrowest > 0.3 * min((op.duration for op in schedule.ops if op.duration > 0), default=narrowest)
-    for (y, h, color), spans in groups.items():
-        ax.broken_barh(spans, (y + 0.01, h - 0.02), facecolors=[color], edgecolors="white",
-                       linewidths=0.15 if thin else 0.4)
-
-    # A label needs about 0.6 em per character plus a little padding.
-    char_w = LABEL_FONT * 0.62 / 72 * units_per_inch
-    for op in schedule.ops:
-        text = str(op.microbatch)
-        lane = _lane_of(op)
-        y, h = rows[(op.device, lane)]
-        font = LABEL_FONT if lane == "compute" else LABEL_FONT * 0.8
-        if op.duration >= char_w * len(text) * font / LABEL_FONT + 0.04 * units_per_inch and h * 72 >= font * 1.1:
-            ax.text(op.start + op.duration / 2, y + h / 2, text, ha="center", va="center", fontsize=font,
-                    color="black" if lane == "compute" else "white")
+    row_h = (lay.gantt_height - (lay.segments - 1) * SEGMENT_GAP) / lay.segments
+    piece = span / lay.segments
+    axes = []
+    for segment in range(lay.segments):
+        y0 = lay.top + segment * (row_h + SEGMENT_GAP)
+        ax = fig.add_axes((frac_x(LEFT), frac_y(y0 + row_h), axes_w / lay.width, row_h / lay.height))
+        _draw_segment(ax, schedule, rows, (ticks, labels), gantt_units, segment * piece, (segment + 1) * piece,
+                      axes_w)
+        ax.tick_params(axis="x", labelbottom=lay.segments > 1, labelsize=7)
+        axes.append(ax)
 
     legend = [Patch(facecolor=KIND_COLORS[k], label=k.value) for k in problem.kinds]
     if lay.lanes:
@@ -238,8 +225,8 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     if problem.chunks > 1:
         legend += [Patch(facecolor=shade("#777777", c, problem.chunks), label=f"chunk {c}")
                    for c in range(problem.chunks)]
-    ax.legend(handles=legend, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(legend), frameon=False,
-              fontsize=8, handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
+    axes[0].legend(handles=legend, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(legend), frameon=False,
+                   fontsize=8, handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
     head, sub = lay.title or wrap_title(schedule, lay.width)
     y = 0.22
     for line in head:
@@ -249,14 +236,58 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     for line in sub:
         fig.text(frac_x(LEFT), frac_y(y), line, fontsize=SUB_FONT, va="center", color="#333333")
         y += 0.16
-    ax.tick_params(axis="x", labelbottom=False)
+
+    _draw_memory(fig, schedule, lay, frac_x, frac_y, axes_w, axes[0] if lay.segments == 1 else None)
+    return fig
+
+
+def _draw_segment(ax, schedule: Schedule, rows: dict, ticks: tuple[list, list], gantt_units: float,
+                  x0: float, x1: float, axes_w: float) -> None:
+    """The lanes of every device between times ``x0`` and ``x1``: boxes, microbatch labels, the bound."""
+    problem = schedule.problem
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(gantt_units, 0)
+    ax.set_yticks(ticks[0])
+    ax.set_yticklabels(ticks[1])
+    for tick, label in zip(ax.get_yticklabels(), ticks[1]):
+        tick.set_fontsize(8 if label.startswith("dev") else 6)
+        if not label.startswith("dev"):
+            tick.set_color("#555555")
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", color="#dddddd", linewidth=0.5)
+    ax.set_axisbelow(True)
+
+    chunk_of = _chunk_index(schedule)
+    units_per_inch = (x1 - x0) / axes_w
+    narrowest = MIN_BOX * units_per_inch
+    shown = [op for op in schedule.ops if op.end >= x0 and op.start <= x1]
+    groups: dict[tuple, list[tuple[float, float]]] = {}
+    for op in shown:
+        y, h = rows[(op.device, _lane_of(op))]
+        color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), problem.chunks)
+        groups.setdefault((y, h, color), []).append((op.start, max(op.duration, narrowest)))
+    thin = narrowest > 0.3 * min((op.duration for op in schedule.ops if op.duration > 0), default=narrowest)
+    for (y, h, color), spans in groups.items():
+        ax.broken_barh(spans, (y + 0.01, h - 0.02), facecolors=[color], edgecolors="white",
+                       linewidths=0.15 if thin else 0.4)
+
+    # A label needs about 0.6 em per character plus a little padding.
+    char_w = LABEL_FONT * 0.62 / 72 * units_per_inch
+    for op in shown:
+        text = str(op.microbatch)
+        lane = _lane_of(op)
+        y, h = rows[(op.device, lane)]
+        font = LABEL_FONT if lane == "compute" else LABEL_FONT * 0.8
+        middle = op.start + op.duration / 2
+        fits = op.duration >= char_w * len(text) * font / LABEL_FONT + 0.04 * units_per_inch and h * 72 >= font * 1.1
+        if fits and x0 <= middle < x1:
+            ax.text(middle, y + h / 2, text, ha="center", va="center", fontsize=font,
+                    color="black" if lane == "compute" else "white")
+
     bound = best_bound(schedule)
-    if 0 < bound < span:
+    if 0 < bound < schedule.makespan and x0 <= bound <= x1:
         ax.axvline(bound, color="#333333", linestyle=":", linewidth=0.9)
         ax.text(bound, 1.0, " bound", transform=ax.get_xaxis_transform(), fontsize=7, va="bottom", color="#333333")
-
-    _draw_memory(fig, schedule, lay, frac_x, frac_y, axes_w, ax)
-    return fig
 
 
 def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes_w: float, gantt_ax) -> None:
