@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity
-from ppsolve.errors import InfeasibleError
+from ppsolve.errors import InfeasibleError, PpsolveError
 from ppsolve.methods import Method, RunOptions, all_methods
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
@@ -113,7 +113,10 @@ def _published() -> list[Method]:
 
 def _refusal(method: Method, problem: Problem) -> Refusal | None:
     """What ``method`` needs beyond the caps: rebuilt ignoring them, the device it exceeds most."""
-    schedule = method.build(problem, RunOptions(ignore_capacity=True))
+    try:
+        schedule = method.build(problem, RunOptions(ignore_capacity=True))
+    except PpsolveError:
+        return None
     over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
             if cap is not None and peak > cap + _TOL]
     if not over:
@@ -135,6 +138,8 @@ def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
             refusal = _refusal(method, problem)
             if refusal is not None:
                 refused.append(refusal)
+            continue
+        except PpsolveError:  # a method that turns this problem down after all: not a comparison
             continue
         fits.append(Fit(method.name, schedule.makespan, max(schedule.peak_memory)))
     best = min(fits, key=lambda f: (f.makespan, f.peak), default=None)
@@ -196,9 +201,12 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
     for method in _published():
         if method.why_not(free) is not None:
             continue
-        schedule = method.build(free, RunOptions())
-        if schedule.makespan <= bound * (1 + _TOL) + _TOL:
-            reach.append((max(schedule.peak_memory), method.name))
+        try:
+            built = method.build(free, RunOptions())
+        except PpsolveError:
+            continue
+        if built.makespan <= bound * (1 + _TOL) + _TOL:
+            reach.append((max(built.peak_memory), method.name))
     command = (f"ppsolve solve {shlex.quote(problem_path)} --ignore-capacity --objective memory "
                "--makespan-limit 1x --time-limit 300 -o least-cap.json")
     if not reach:
