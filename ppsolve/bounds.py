@@ -182,11 +182,10 @@ def require_feasible_capacity(problem: Problem) -> None:
     short = capacity_shortfalls(problem)
     if not short:
         return
-    no_off = min_capacity(problem, offload=False)
-    parts = []
-    for device, need, cap in short:
-        stages = ", ".join(str(s) for s in problem.stages_of_device[device])
-        text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
-        text += f"; {no_off[device]:g} without offload)" if problem.can_offload else ")"
-        parts.append(f"{text}, capacity is {cap:g}")
-    raise InfeasibleError("infeasible memory capacity: " + "; ".join(parts))
+    # One line however many devices: the first device that is short, and how many others are.
+    device, need, cap = short[0]
+    stages = ", ".join(str(s) for s in problem.stages_of_device[device])
+    text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
+    text += f"; {min_capacity(problem, offload=False)[device]:g} without offload)" if problem.can_offload else ")"
+    others = f"; {len(short) - 1} other device(s) too (ppsolve bound lists them)" if len(short) > 1 else ""
+    raise InfeasibleError(f"infeasible memory capacity: {text}, capacity is {cap:g}{others}")

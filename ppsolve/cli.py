@@ -8,6 +8,7 @@ Errors become one line on stderr and an exit code (2 bad input, 3 infeasible).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from typing import Sequence
@@ -38,13 +39,30 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"ppsolve.commands.{name.replace('-', '_')}")
         sub = module.add_parser(subparsers)
-        sub.set_defaults(handler=module.run)
+        sub.set_defaults(handler=module.run, parser=sub)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; a misspelled command or option exits 2 with that command's usage and a suggestion."""
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        if close:
+            parser.error(f"unknown command '{argv[0]}' (did you mean '{close[0]}'?)")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub: argparse.ArgumentParser = args.parser
+        options = [s for action in sub._actions for s in action.option_strings]
+        unknown = next((e for e in extra if e.startswith("-")), extra[0])
+        close = difflib.get_close_matches(unknown.split("=")[0], options, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        sub.error(f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
     try:
         return int(args.handler(args) or 0)
     except PpsolveError as exc:

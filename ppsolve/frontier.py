@@ -52,6 +52,7 @@ class Frontier:
     solver: str
     time_limit: float | None
     points: list[FrontierPoint] = field(default_factory=list)
+    units: tuple[str, str] = ("problem's time unit", "problem's memory unit")  # time, memory (Problem.units)
 
     def curve(self, name: str) -> list[FrontierPoint]:
         return [p for p in self.points if p.curve == name]
@@ -181,7 +182,8 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
     if reason is not None:
         raise NotApplicableError(f"the solver {solver.name} does not apply to this problem: {reason}")
     options = RunOptions(time_limit=time_limit, threads=threads, quiet=True)
-    frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit)
+    frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit,
+                        units=problem.units)
     offload = problem.can_offload
     low = max(min_capacity(problem, offload=offload), default=0.0)
     unbounded: FrontierPoint | None = None
@@ -237,3 +239,23 @@ def frontier_csv(frontier: Frontier) -> str:
 
 def write_frontier_csv(frontier: Frontier, path: str | Path) -> None:
     write_text_atomic(path, frontier_csv(frontier))
+
+
+def read_frontier_points(path: str | Path) -> list[FrontierPoint]:
+    """The points of a CSV that :func:`frontier_csv` wrote (to draw it again without solving)."""
+    points = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            values: dict = {}
+            for key in COLUMNS:
+                text = row[key]
+                if key in ("curve", "method", "status", "note"):
+                    values[key] = text
+                elif key == "valid":
+                    values[key] = {"yes": True, "no": False}.get(text)
+                elif text in ("", "unbounded"):
+                    values[key] = None if key != "seconds" else 0.0
+                else:
+                    values[key] = float(text)
+            points.append(FrontierPoint(**values))
+    return points

@@ -27,6 +27,10 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(what, f"{path} is nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise InputError(what, f"{path} holds a number too long to read ({str(exc).split(';')[0]})") from None
 
 
 def _reject_constant(name: str) -> float:
@@ -34,14 +38,23 @@ def _reject_constant(name: str) -> float:
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
+def require_directory(path: str | os.PathLike) -> None:
+    """Refuse an output path whose directory does not exist (commands call it before any work)."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise InputError(str(path), f"cannot write: directory {parent} does not exist")
+
+
 @contextmanager
 def _atomic_target(path: Path):
     """Yield a temporary file beside ``path``; on success it replaces ``path``, else it is removed.
 
+    A missing directory is an error, not created: a mistyped path must not pass silently.
+
     The new file gets the permissions an ordinary ``open()`` would give it (0666 less the umask).
     """
+    require_directory(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise InputError(str(path), f"cannot write: {exc.strerror or exc}") from None

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
+from ppsolve.limits import check_counts, check_transfer_time
 from ppsolve.ops import Op, OpKind
 from ppsolve.schemas import validate
 
@@ -121,6 +122,16 @@ class Problem:
             except InputError:
                 pass
         return "custom"
+
+    @cached_property
+    def units(self) -> tuple[str, str]:
+        """The time and memory units, from the ``x-units`` annotation (``{"time": "ms", "memory": "GiB"}``)
+        or a profile's ``x-profile.units``; else generic words. Only pictures and reports use them."""
+        profile = self.annotations.get("x-profile")
+        units = self.annotations.get("x-units") or (profile.get("units") if isinstance(profile, dict) else None)
+        if not isinstance(units, dict):
+            units = {}
+        return str(units.get("time", "problem's time unit")), str(units.get("memory", "problem's memory unit"))
 
     @property
     def backward_mode(self) -> str:
@@ -246,6 +257,7 @@ def _compact(values: tuple) -> Any:
 def problem_from_dict(data: Any, where: str = "problem") -> Problem:
     """Validate a problem file's content and build the Problem; InputError names the bad field."""
     validate(data, "problem", where)
+    check_counts(data, where)
     devices, microbatches = int(data["devices"]), int(data["microbatches"])
     chunks = int(data.get("chunks", 1))
     stages = devices * chunks
@@ -284,6 +296,10 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
                                      f"device {device} is already on link {seen[device]}")
                 seen[device] = li
         links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
+        largest = max(f * a for f, a in zip(fraction, activation))
+        for direction in ("d2h", "h2d"):
+            check_transfer_time(largest, float(raw_off["bandwidth"][direction]),
+                                f"{where}.offload.bandwidth.{direction}")
         offload = OffloadConfig(fraction=fraction, d2h=float(raw_off["bandwidth"]["d2h"]),
                                 h2d=float(raw_off["bandwidth"]["h2d"]),
                                 links=tuple(tuple(int(d) for d in link) for link in links),

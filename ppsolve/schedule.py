@@ -9,6 +9,7 @@ from typing import Any, Iterable, NamedTuple
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json, write_json_atomic
+from ppsolve.limits import MAX_OPS
 from ppsolve.memory import peak_memory
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
@@ -165,6 +166,8 @@ def _ranges(values: list[int]) -> str:
 
 def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     """Validate a schedule file's content; InputError names the bad field."""
+    if isinstance(data, dict) and isinstance(data.get("ops"), list) and len(data["ops"]) > 2 * MAX_OPS:
+        raise InputError(f"{where}.ops", f"has {len(data['ops'])} ops; ppsolve's limit is {2 * MAX_OPS}")
     validate(data, "schedule", where)
     problem = problem_from_dict(data["problem"], f"{where}.problem")
     ops = []
@@ -181,6 +184,8 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
             raise InputError(f"{at}.amount", f"is required on a {kind.value}")
         if kind.is_compute and "amount" in raw:
             raise InputError(f"{at}.amount", f"is only for OFFLOAD and RELOAD, not {kind.value}")
+        if kind.is_transfer and problem.offload is None:
+            raise InputError(f"{at}.kind", f"{kind.value} needs an offload block in {where}.problem, which has none")
         ops.append(ScheduledOp(kind, int(raw["stage"]), int(raw["microbatch"]), int(raw["device"]),
                                float(raw["start"]), float(raw["end"]), float(raw.get("amount", 0.0))))
     method = MethodInfo.from_dict(data.get("method", {"name": "unknown"}))

@@ -137,3 +137,22 @@ def test_uneven_partition_profiled_and_run_from_the_problem_file(tmp_path, capsy
     assert ": OK" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(rows) == 3 and all(r[1] == r[2] for r in rows)  # measured peak == predicted, every rank
+
+
+def test_run_excludes_a_warm_up_step_and_refuses_another_model(tmp_path, capsys):
+    from ppsolve.cli import main
+    from ppsolve.errors import InputError
+    from ppsolve.executor.api import prepare
+    from ppsolve.problem import problem_from_dict
+
+    prob = problem(2, 2)
+    data = prob.to_dict()
+    data["x-profile"] = {"model": {"name": "some-other-model"}}
+    profiled = problem_from_dict(data)
+    with pytest.raises(InputError, match="profiled on model 'some-other-model'"):
+        prepare(make(profiled, pipelined_orders(profiled, lag=1), "x"), GPT, None, "ppsolve")
+    path = tmp_path / "s.json"
+    make(prob, pipelined_orders(prob, lag=1), "1f1b-order").save(path)
+    assert main(["run", str(path), "--model", str(GPT)]) == 0
+    out = capsys.readouterr().out
+    assert "2 step(s)" in out and "warm-up step (excluded from the figures above): span" in out

@@ -106,3 +106,71 @@ def test_large_problem_gets_a_capped_figure():
     schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
     lay = layout(schedule)
     assert lay.width <= 32 and lay.memory_panels == 1 and lay.height < 20
+
+
+def test_units_come_from_the_x_units_annotation():
+    problem = tiny_problem(2, 2)
+    assert problem.units == ("problem's time unit", "problem's memory unit")
+    data = problem.to_dict()
+    data["x-units"] = {"time": "ms", "memory": "GiB"}
+    from ppsolve.problem import problem_from_dict
+
+    assert problem_from_dict(data).units == ("ms", "GiB")
+    data["x-units"] = "ms"
+    data["x-profile"] = 3
+    assert problem_from_dict(data).units == ("problem's time unit", "problem's memory unit")
+
+
+def test_transfer_lanes_only_for_devices_that_transfer():
+    from ppsolve.plot.gantt import transfer_devices
+
+    problem = tiny_problem(3, 2, capacity=3, offload=OFFLOAD)
+    orders = serial_schedule(problem, offload=True)
+    moving = {op.device for op in orders.ops if op.kind.is_transfer}
+    assert transfer_devices(orders) == tuple(sorted(moving))
+    idle = serial_schedule(problem)  # can offload, moves nothing: no lanes
+    assert transfer_devices(idle) == () and not layout(idle).lanes
+
+
+def test_long_titles_wrap_to_the_figure_width():
+    from ppsolve.plot.gantt import CHAR_EM, HEAD_FONT, LEFT, SUB_FONT
+
+    problem = tiny_problem(2, 2)
+    data = problem.to_dict()
+    data["name"] = "a problem with a very long name " * 6
+    from ppsolve.problem import problem_from_dict
+
+    schedule = serial_schedule(problem_from_dict(data))
+    lay = layout(schedule, size=(8, 6))
+    head, sub = lay.title
+    assert len(sub) > 1
+    room = (8 - LEFT) * 72
+    assert all(len(line) * HEAD_FONT * CHAR_EM <= room for line in head)
+    assert all(len(line) * SUB_FONT * CHAR_EM <= room for line in sub)
+
+
+def test_over_capacity_peak_is_marked(tmp_path):
+    from ppsolve.plot.gantt import CAPACITY_COLOR, draw_gantt
+
+    problem = tiny_problem(2, 3, capacity=1)
+    schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
+    assert max(schedule.peak_memory) > 1
+    fig = draw_gantt(schedule)
+    notes = [t for ax in fig.axes for t in ax.texts if "> cap" in t.get_text()]
+    assert notes and all(t.get_color() == CAPACITY_COLOR for t in notes)
+
+
+def test_a_long_uneven_schedule_wraps_over_rows(tmp_path):
+    from ppsolve.plot.gantt import MAX_SEGMENTS, WRAP_WIDTH, draw_gantt
+    from ppsolve.problem import problem_from_dict
+
+    problem = problem_from_dict({"format": "ppsolve/problem@1", "devices": 4, "microbatches": 24,
+                                 "time": {"forward": [0.2, 4, 4, 9], "backward_input": [0.2, 4, 4, 10],
+                                          "backward_weight": [0.1, 3, 3, 8]}, "memory": {"activation": 1}})
+    schedule = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b-test")
+    lay = layout(schedule)
+    assert 1 < lay.segments <= MAX_SEGMENTS and lay.width == WRAP_WIDTH
+    fig = draw_gantt(schedule)
+    rows = [ax for ax in fig.axes if ax.get_ylim()[0] > ax.get_ylim()[1]]  # the lanes (y grows downwards)
+    assert len(rows) == lay.segments
+    assert rows[0].get_xlim()[0] == 0 and abs(rows[-1].get_xlim()[1] - schedule.makespan) < 1e-9

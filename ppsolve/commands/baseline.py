@@ -7,6 +7,7 @@ import json
 import sys
 
 from ppsolve.checker import check
+from ppsolve.jsonio import require_directory
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.problem import load_problem
 
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"ppsolve baseline: error: {', '.join(missing)} required (or use --list)", file=sys.stderr)
         return 2
+    require_directory(args.output)
     problem = load_problem(args.problem)
     method = get_method(args.method)
     if method.family != "baseline":

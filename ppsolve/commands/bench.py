@@ -39,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError("--out", f"must be a directory, {out} is a file")
+    out.mkdir(parents=True, exist_ok=True)  # the output directory is bench's own to create
     options = RunOptions(time_limit=args.time_limit, threads=args.threads, quiet=True)
 
     def save(row, schedule) -> None:
         if args.save_schedules:
-            schedule.save(out / "schedules" / row.problem / f"{row.method}.json")
+            folder = out / "schedules" / row.problem
+            folder.mkdir(parents=True, exist_ok=True)
+            schedule.save(folder / f"{row.method}.json")
 
     total = len(problems) * len(methods)
     show = not args.quiet and sys.stderr.isatty()

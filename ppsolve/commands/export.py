@@ -22,6 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
+    from ppsolve.jsonio import require_directory
 
     exporter = get_exporter(args.to)
     options = {}
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.unit_us > 0:
             raise InputError("--unit-us", f"must be > 0, got {args.unit_us:g}")
         options["unit_us"] = args.unit_us
+    require_directory(args.output)
     schedule = load_schedule(args.schedule)
     exporter.write(schedule, args.output, **options)
     print(f"wrote {args.output} ({exporter.name})")

@@ -35,7 +35,12 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.plot.frontier_plot import plot_frontier
     from ppsolve.problem import load_problem
 
+    from ppsolve.jsonio import require_directory
+
     image_format(args.output, "--output")
+    require_directory(args.output)
+    if args.csv:
+        require_directory(args.csv)
     if not args.time_limit > 0:
         raise InputError("--time-limit", f"must be > 0 seconds, got {args.time_limit:g}")
     if not 2 <= args.points <= 40:

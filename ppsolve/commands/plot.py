@@ -21,10 +21,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
+    from ppsolve.jsonio import require_directory
     from ppsolve.plot.figure import image_format, parse_size
     from ppsolve.plot.gantt import plot_schedule
 
     image_format(args.output, "--output")
+    require_directory(args.output)
     size = parse_size(args.size)
     if not 10 <= args.dpi <= 1200:
         raise InputError("--dpi", f"must be between 10 and 1200, got {args.dpi:g}")

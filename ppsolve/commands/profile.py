@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.executor.device import select_device
     from ppsolve.executor.profiler import profile
     from ppsolve.executor.spec import load_model_spec
-    from ppsolve.jsonio import write_json_atomic
+    from ppsolve.jsonio import require_directory, write_json_atomic
 
+    require_directory(args.output)
     for name in ("devices", "chunks", "microbatches", "repeats"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")

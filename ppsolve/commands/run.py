@@ -18,7 +18,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Exit 0: ran (and --check passed); 1: a rank failed or the check failed; 2: bad input.")
     parser.add_argument("schedule", help="schedule file (ppsolve/schedule@1)")
     parser.add_argument("--model", required=True, help="model description (models/*.json)")
-    parser.add_argument("--steps", type=int, default=1, help="iterations to run; the last one is measured")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="iterations to run (default 2): the last one is measured; with 2 or more the first is "
+                             "a warm-up, excluded from the figures and reported apart")
     parser.add_argument("--check", action="store_true",
                         help="compare loss and every gradient with a single-process run (fails above 1e-5)")
     parser.add_argument("--trace", metavar="OUT.json", help="write the measured ops as a Chrome trace")
@@ -33,13 +35,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ppsolve.jsonio import require_directory, write_json_atomic
+    from ppsolve.schedule import load_schedule
+
+    if args.trace:
+        require_directory(args.trace)
+    schedule = load_schedule(args.schedule)  # bad input is answered before torch is imported
+
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
     from ppsolve.executor.report import chrome_trace, render
-    from ppsolve.jsonio import write_json_atomic
-    from ppsolve.schedule import load_schedule
-
-    schedule = load_schedule(args.schedule)
     outcome = execute(schedule, args.model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
@@ -51,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
           f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
+    warmups = [r.warmup_span for r in outcome.results if r.warmup_span is not None]
+    if warmups:
+        print(f"warm-up step (excluded from the figures above): span {max(warmups) * 1e3:.3f} ms measured")
     if args.trace:
         if args.runtime != "ppsolve":
             print("note: --trace records ppsolve's own runtime only; nothing written")

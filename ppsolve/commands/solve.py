@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from ppsolve.errors import InputError
+from ppsolve.jsonio import require_directory
 from ppsolve.problem import load_problem
 
 
@@ -43,9 +45,13 @@ def _limit(text: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppsolve.solvers.cpsat import SolveOptions, solve
+    if args.makespan_limit is not None and args.objective != "memory":
+        raise InputError("--makespan-limit", "applies only with --objective memory")
+    require_directory(args.output)
+    problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
 
-    problem = load_problem(args.problem)
+    from ppsolve.advice import advise
+    from ppsolve.solvers.cpsat import SolveOptions, solve
     result = solve(problem, SolveOptions(
         time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
         makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start, quiet=args.quiet,
@@ -60,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         "interrupted": result.interrupted,
         "from_warm_start": result.from_warm_start, "notes": result.notes,
     }
+    advice = None if result.interrupted else advise(args.problem, schedule, result.status, result.lower_bound)
+    if advice is not None:
+        summary["advice"] = advice.to_dict()
     if args.json:
         print(json.dumps(summary, indent=1))
         return _done(result)
@@ -74,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"to host memory: {schedule.describe_offload()}")
     for note in result.notes:
         print(f"note: {note}")
+    for line in advice.lines() if advice is not None else []:
+        print(line)
     return _done(result)
 
 

@@ -45,6 +45,12 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
     spec = spec.with_micro_batch_size(micro_batch_size)
     problem = schedule.problem
     spec.blocks_of_stages(problem.num_stages, problem.annotations)
+    profiled = problem.annotations.get("x-profile")
+    model_info = profiled.get("model") if isinstance(profiled, dict) else None
+    recorded = model_info.get("name") if isinstance(model_info, dict) else None
+    if recorded is not None and recorded != spec.name:
+        raise InputError("--model", f"the schedule's problem was profiled on model {recorded!r}, not {spec.name!r}; "
+                                    "profile this model (ppsolve profile) and solve again")
     if ranks is not None and ranks != problem.devices:
         raise InputError("ranks", f"the schedule is for {problem.devices} devices but {ranks} ranks were launched")
     report = check(schedule)

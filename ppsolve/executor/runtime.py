@@ -90,6 +90,7 @@ class RankResult:
     grads: dict[str, torch.Tensor] = field(default_factory=dict)  # on the CPU
     device: str = "cpu"
     max_allocated: int | None = None  # torch.cuda.max_memory_allocated over the measured walk (CUDA)
+    warmup_span: float | None = None  # seconds the first step took when it was a warm-up (steps > 1), not measured
 
 
 def parameter_grads(modules: dict) -> dict[str, torch.Tensor]:
@@ -120,7 +121,11 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
         shape = models.boundary_shape(spec)
         comm = (OrderedComm(channels, problem.placement, shape, dev.device, job.timeout_s) if ordered
                 else TaggedComm(schedule, rank, stages, shape, job.timeout_s))
-        result = _walk(job, rank, schedule, spec, stages, ledger, actions, waits, comm, dev)
+        walked = _walk(job, rank, schedule, spec, stages, ledger, actions, waits, comm, dev)
+        if step == 0 and job.steps > 1:
+            first = max((r.end for r in walked.records), default=0.0)
+        walked.warmup_span = first if job.steps > 1 else None
+        result = walked
     if job.check:
         result.grads = parameter_grads(modules)
     return result

@@ -58,25 +58,42 @@ def draw_ratio_heatmap(rows: Sequence[BenchRow]):
     return fig
 
 
-def draw_memory_vs_makespan(rows: Sequence[BenchRow]):
-    """Each valid run as a point: peak memory (in one microbatch's activations) against makespan/bound."""
+def draw_memory_vs_makespan(rows: Sequence[BenchRow], columns: int = 4):
+    """One small panel per method: its valid runs as points, peak memory (in one microbatch's activations on
+    the busiest device) against makespan / bound, over every other method's runs in grey for context."""
     problems, methods = _index(rows)
-    fig = new_figure(9.0, 6.0)
-    ax = fig.add_axes((0.09, 0.1, 0.66, 0.82))
-    cmap = _colors(len(methods))
-    for index, method in enumerate(methods):
-        pts = [(r.peak_memory / r.reference_memory, r.ratio) for r in rows
-               if r.method == method and r.valid and r.ratio is not None and r.reference_memory]
-        if pts:
-            xs, ys = zip(*pts)
-            ax.scatter(xs, ys, s=28, marker=MARKERS[index % len(MARKERS)], color=cmap[index], label=method,
-                       alpha=0.85, edgecolors="black", linewidths=0.3)
-    ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("max peak memory / memory of one microbatch on the busiest device", fontsize=9)
-    ax.set_ylabel("makespan / lower bound", fontsize=9)
-    ax.set_title(f"memory against time, {len(problems)} problem(s)", fontsize=10, loc="left")
-    ax.grid(color="#eeeeee")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    points = {m: [(r.peak_memory / r.reference_memory, r.ratio) for r in rows
+                  if r.method == m and r.valid and r.ratio is not None and r.reference_memory] for m in methods}
+    methods = [m for m in methods if points[m]] or methods[:1]
+    every = [p for m in methods for p in points.get(m, [])]
+    columns = max(1, min(columns, len(methods)))
+    count_rows = -(-len(methods) // columns)
+    fig = new_figure(3.1 * columns + 0.6, 2.5 * count_rows + 0.9, layout="constrained")
+    axes = fig.subplots(count_rows, columns, sharex=True, sharey=True, squeeze=False)
+    colors = _colors(len(methods))
+    for index, ax in enumerate(axes.flat):
+        if index >= len(methods):
+            ax.set_visible(False)
+            continue
+        method = methods[index]
+        if every:
+            ax.scatter(*zip(*every), s=9, color="#d0d0d0", linewidths=0)
+        mine = points.get(method, [])
+        if mine:
+            ax.scatter(*zip(*mine), s=26, marker=MARKERS[index % len(MARKERS)], color=colors[index],
+                       edgecolors="black", linewidths=0.4, zorder=3)
+        ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle=":")
+        ax.set_title(f"{method} ({len(mine)} run(s))", fontsize=9, loc="left")
+        ax.grid(color="#eeeeee")
+        ax.tick_params(labelsize=7)
+    for column in range(columns):  # the lowest panel of each column carries the x axis
+        lowest = axes[max(r for r in range(count_rows) if r * columns + column < len(methods)), column]
+        lowest.tick_params(labelbottom=True)
+        lowest.set_xlabel("peak memory (x one microbatch)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("makespan / lower bound", fontsize=8)
+    fig.suptitle(f"memory against time per method, {len(problems)} problem(s): lower left is better "
+                 "(grey: every other method's runs)", fontsize=10, x=0.01, ha="left")
     return fig
 
 

@@ -53,8 +53,9 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     ax.set_xticks([*ticks, unbounded_x])
     ax.set_xticklabels([f"{t:g}" for t in ticks] + ["unbounded"], fontsize=8)
     ax.set_xlim(min(left, *(ticks or [left])) - 0.05 * (unbounded_x - left), unbounded_x + 0.05 * (unbounded_x - left))
-    ax.set_xlabel("memory capacity per device (baselines: their own peak memory)", fontsize=9)
-    ax.set_ylabel("makespan", fontsize=9)
+    time_unit, memory_unit = frontier.units
+    ax.set_xlabel(f"memory capacity per device, {memory_unit} (baselines: their own peak memory)", fontsize=9)
+    ax.set_ylabel(f"makespan ({time_unit})", fontsize=9)
     ax.grid(color="#eeeeee")
     limit = "" if frontier.time_limit is None else f", {frontier.time_limit:g} s per point"
     ax.set_title(f"memory/time frontier of {frontier.problem} ({frontier.solver}{limit})", fontsize=10, loc="left")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from functools import lru_cache
@@ -11,6 +12,7 @@ from typing import Any
 import jsonschema
 
 from ppsolve.errors import InputError
+from ppsolve.limits import MAX_DEPTH, MAX_MAGNITUDE
 
 SCHEMA_NAMES = ("problem", "schedule", "transformer", "hardware", "gpus")
 
@@ -70,9 +72,11 @@ def _describe(error: jsonschema.ValidationError, prefix: str) -> InputError:
         extra = sorted(set(value) - set(error.schema.get("properties", {})))
         extra = [e for e in extra if not e.startswith("x-")]
         name = extra[0] if extra else "?"
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return InputError(field_path(where, [name]),
-                          f"unknown field (expected one of: {allowed}; put annotations under an 'x-' name)")
+        known = sorted(error.schema.get("properties", {}))
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = (f"did you mean '{close[0]}'?" if close
+                else f"expected one of: {', '.join(known)}; put annotations under an 'x-' name")
+        return InputError(field_path(where, [name]), f"unknown field ({hint})")
     if kind == "type":
         wanted = error.validator_value
         wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
@@ -97,14 +101,15 @@ def validate(instance: Any, name: str, prefix: str) -> None:
     """Raise InputError for the first violation of schema ``name`` in ``instance``."""
     if not isinstance(instance, dict):
         raise InputError(prefix, f"must be a JSON object, got {_json_type(instance)}")
+    check_values(instance, prefix)
     errors = list(_validator(name).iter_errors(instance))
     if errors:
-        # Report the shallowest, then the first in document order: the root cause.
+        # Report the shallowest, then an unknown field (the likely cause of a missing one: a typo),
+        # then the first in document order: the root cause.
         # A wrong format tag comes first: the file is probably not a ppsolve file at all.
         errors.sort(key=lambda e: (not _about_format(e), len(e.absolute_path),
-                                   [str(p) for p in e.absolute_path]))
+                                   e.validator != "additionalProperties", [str(p) for p in e.absolute_path]))
         raise _describe(errors[0], prefix)
-    _reject_non_finite(instance, prefix)
 
 
 def _about_format(error: jsonschema.ValidationError) -> bool:
@@ -112,12 +117,34 @@ def _about_format(error: jsonschema.ValidationError) -> bool:
     return path == ["format"] or (not path and error.validator == "required" and "'format'" in error.message)
 
 
-def _reject_non_finite(value: Any, where: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(where, f"must be a finite number, got {value}")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _reject_non_finite(item, field_path(where, [key]))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _reject_non_finite(item, f"{where}[{index}]")
+def check_values(value: Any, where: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and numbers that are not finite or pass MAX_MAGNITUDE.
+
+    Iterative, so a deeply nested file cannot exhaust the interpreter's stack; runs
+    before the schema check, which would recurse into it.
+    """
+    stack: list[tuple[Any, tuple, int]] = [(value, (), 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, (int, float)):
+            if isinstance(item, float) and not math.isfinite(item):
+                raise InputError(field_path(where, path), f"must be a finite number, got {item}")
+            if abs(item) > MAX_MAGNITUDE:
+                raise InputError(field_path(where, path),
+                                 f"must be at most {MAX_MAGNITUDE:g} in magnitude (ppsolve's limit), got {_big(item)}")
+            continue
+        if isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise InputError(field_path(where, path), f"is nested deeper than {MAX_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, (*path, key), depth + 1) for key, child in reversed(list(pairs)))
+
+
+def _big(number: int | float) -> str:
+    """A huge number shown briefly (an int of thousands of digits is not printed whole)."""
+    if isinstance(number, float):
+        return f"{number:g}"
+    digits = len(str(abs(number))) if number.bit_length() < 10_000 else None
+    return f"an integer of {digits} digits" if digits else "an integer of more than 3000 digits"

@@ -1,0 +1,229 @@
+"""What a solve means for the user: how it compares with the published schedules, and what to try next.
+
+:func:`advise` runs every published baseline that applies (within the caps, and
+again without them for the ones the caps refuse), and reads the bounds, so that
+``ppsolve solve`` can say in a few lines: which published schedule is the best
+that fits and how much faster the solve is; which ones the cap refuses and what
+they would need; whether a remaining gap is the bound's or the schedule's; why
+offload was or was not used; and what memory cap reaches the unbounded speed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from ppsolve.bounds import makespan_lower_bound, min_capacity
+from ppsolve.errors import InfeasibleError, PpsolveError
+from ppsolve.methods import Method, RunOptions, all_methods
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
+
+UNPUBLISHED = ("greedy",)
+"""Baselines that are ppsolve's own heuristics, not schedules from a paper; left out of the comparison."""
+
+SHOWN_REFUSALS = 3
+"""Refused published schedules named in the text summary (the fastest ones; --json lists all)."""
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A published schedule that fits the caps: its makespan and highest peak."""
+
+    name: str
+    makespan: float
+    peak: float
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A published schedule the caps refuse: what it would need, where, and how fast it would be."""
+
+    name: str
+    need: float
+    device: int
+    capacity: float
+    makespan: float
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The summary of one solve, as data (``to_dict``) and as lines for a terminal (``lines``)."""
+
+    makespan: float
+    best: Fit | None
+    refused: tuple[Refusal, ...]
+    gap: str
+    offload: str
+    unbounded_makespan: float | None
+    least_cap: float | None
+    least_cap_by: str | None
+    least_cap_command: str | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def speedup(self) -> float | None:
+        """How much faster the solve is than the best published schedule that fits (0.1 = 10 %)."""
+        if self.best is None or self.makespan <= 0:
+            return None
+        return self.best.makespan / self.makespan - 1.0
+
+    def to_dict(self) -> dict:
+        return {
+            "best_published": None if self.best is None else {
+                "name": self.best.name, "makespan": self.best.makespan, "peak_memory": self.best.peak,
+                "faster_by": round(self.speedup, 6)},
+            "refused_by_capacity": [{"name": r.name, "needs": r.need, "device": r.device, "capacity": r.capacity,
+                                     "makespan": r.makespan} for r in self.refused],
+            "gap": self.gap, "offload": self.offload,
+            "unbounded_makespan": self.unbounded_makespan,
+            "least_capacity_for_unbounded_makespan": self.least_cap, "least_capacity_by": self.least_cap_by,
+            "least_capacity_command": self.least_cap_command,
+        }
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.best is None:
+            out.append("published schedules: none fits the memory cap")
+        else:
+            faster = "as fast as" if abs(self.speedup) < 1e-9 else f"{self.speedup:.1%} faster than"
+            out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
+                       f"(this solve is {faster} it)")
+        if self.refused:
+            shown = "; ".join(f"{r.name} (makespan {r.makespan:g}) needs {r.need:g} on device {r.device}"
+                              for r in self.refused[:SHOWN_REFUSALS])
+            more = len(self.refused) - SHOWN_REFUSALS
+            out.append(f"refused by the cap ({self.refused[0].capacity:g}): {shown}"
+                       + (f"; {more} more (--json lists them)" if more > 0 else ""))
+        out.append(f"gap: {self.gap}")
+        out.append(f"offload: {self.offload}")
+        if self.least_cap is not None:
+            exact = "" if self.least_cap_command is None else " (at most; the least is found by the command below)"
+            out.append(f"unbounded optimum {self.unbounded_makespan:g} is reached with a cap of "
+                       f"{self.least_cap:g}{exact}, e.g. by {self.least_cap_by}")
+        if self.least_cap_command is not None:
+            out.append(f"least cap for the unbounded optimum: {self.least_cap_command}")
+        return out
+
+
+def _published() -> list[Method]:
+    return [m for m in all_methods("baseline") if m.name not in UNPUBLISHED]
+
+
+def _refusal(method: Method, problem: Problem) -> Refusal | None:
+    """What ``method`` needs beyond the caps: rebuilt ignoring them, the device it exceeds most."""
+    try:
+        schedule = method.build(problem, RunOptions(ignore_capacity=True))
+    except PpsolveError:
+        return None
+    over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
+            if cap is not None and peak > cap + _TOL]
+    if not over:
+        return None
+    _, device, peak, cap = max(over)
+    return Refusal(method.name, peak, device, cap, schedule.makespan)
+
+
+def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
+    """The fastest published schedule within the caps, and those the caps refuse (with their needs)."""
+    fits: list[Fit] = []
+    refused: list[Refusal] = []
+    for method in _published():
+        if method.why_not(problem) is not None:
+            continue
+        try:
+            schedule = method.build(problem, RunOptions())
+        except InfeasibleError:
+            refusal = _refusal(method, problem)
+            if refusal is not None:
+                refused.append(refusal)
+            continue
+        except PpsolveError:  # a method that turns this problem down after all: not a comparison
+            continue
+        fits.append(Fit(method.name, schedule.makespan, max(schedule.peak_memory)))
+    best = min(fits, key=lambda f: (f.makespan, f.peak), default=None)
+    return best, sorted(refused, key=lambda r: r.makespan)
+
+
+def explain_gap(schedule: Schedule, status: str, lower_bound: float) -> str:
+    """Whether the distance to the analytic bound is the bound's (schedule proven optimal) or still open."""
+    analytic = makespan_lower_bound(schedule.problem).value
+    span = schedule.makespan
+    if span <= analytic * (1 + _TOL) + _TOL:
+        return f"none: the makespan equals the analytic lower bound ({analytic:g})"
+    share = (span - analytic) / span
+    if status == "optimal":
+        return (f"the bound's: CP-SAT proved {span:g} optimal; the analytic bound ({analytic:g}) is "
+                f"{share:.1%} below it")
+    open_share = (span - lower_bound) / span if span > 0 else 0.0
+    return (f"open: {open_share:.1%} between the makespan and the best proven bound ({lower_bound:g}); "
+            "more --time-limit may close it from either side")
+
+
+def explain_offload(schedule: Schedule) -> str:
+    """Why the schedule moves activations to host memory, or why it does not."""
+    problem = schedule.problem
+    if problem.offload is None:
+        return "not possible: the problem has no offload block"
+    if not problem.can_offload:
+        return "not possible: every stage's offload fraction is 0"
+    unbounded = all(cap is None for cap in problem.capacity)
+    if unbounded and schedule.offloaded > 0:
+        return f"used ({schedule.offloaded:g} moved) to lower the peak: memory is unbounded"
+    if unbounded:
+        return "not used: memory is unbounded, so moving activations to host cannot make it faster"
+    if schedule.offloaded > 0:
+        no_off = min_capacity(problem, offload=False)
+        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + _TOL]
+        if short:
+            return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
+                    f"(device {short[0]} needs {no_off[short[0]]:g})")
+        return (f"used ({schedule.offloaded:g} moved): the cap limits how many microbatches are in flight; "
+                "this is the least offload found at this makespan")
+    return ("not used: this makespan is reached within the cap without it "
+            f"(peak {max(schedule.peak_memory):g}; offload costs host-link time and is used only where it helps)")
+
+
+def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, float | None, str | None, str | None]:
+    """(unbounded optimum if known, a cap that reaches it, the schedule that shows it, the command for the least).
+
+    Cheap: the uncapped analytic bound is the unbounded optimum when this solve or some published
+    schedule built without the caps reaches it; the least of their peaks is then a cap that reaches it,
+    and the least one when it equals the least capacity any schedule needs (bounds.min_capacity).
+    Otherwise the exact least cap is a memory-objective solve, whose command is returned.
+    """
+    free = schedule.problem.replace(capacity=None)
+    bound = makespan_lower_bound(free).value
+    reach: list[tuple[float, str]] = []
+    if schedule.makespan <= bound * (1 + _TOL) + _TOL:
+        reach.append((max(schedule.peak_memory), "this solve"))
+    for method in _published():
+        if method.why_not(free) is not None:
+            continue
+        try:
+            built = method.build(free, RunOptions())
+        except PpsolveError:
+            continue
+        if built.makespan <= bound * (1 + _TOL) + _TOL:
+            reach.append((max(built.peak_memory), method.name))
+    command = (f"ppsolve solve {shlex.quote(problem_path)} --ignore-capacity --objective memory "
+               "--makespan-limit 1x --time-limit 300 -o least-cap.json")
+    if not reach:
+        return None, None, None, command
+    cap, name = min(reach)
+    floor = max(min_capacity(free, offload=free.can_offload))
+    return bound, cap, name, None if cap <= floor + _TOL else command
+
+
+def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: float) -> Advice:
+    """The summary of a solve of the problem read from ``problem_path`` that produced ``schedule``.
+
+    The comparison uses the problem as solved (``schedule.problem``: without caps under --ignore-capacity).
+    """
+    problem = schedule.problem
+    best, refused = compare_published(problem)
+    unbounded, cap, by, command = least_cap(schedule, problem_path)
+    return Advice(makespan=schedule.makespan, best=best, refused=tuple(refused),
+                  gap=explain_gap(schedule, status, lower_bound), offload=explain_offload(schedule),
+                  unbounded_makespan=unbounded, least_cap=cap, least_cap_by=by, least_cap_command=command)

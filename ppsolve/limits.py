@@ -1,0 +1,66 @@
+"""The largest inputs ppsolve accepts, checked before any work is done.
+
+Every command answers an input beyond these at once with one error line that
+names the limit, instead of running for minutes or exhausting memory. They
+are documented in docs/limits.md; change them here only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ppsolve.errors import InputError
+
+MAX_DEVICES = 1024
+"""Pipeline ranks ``devices``."""
+MAX_MICROBATCHES = 16384
+"""Microbatches ``microbatches``."""
+MAX_CHUNKS = 64
+"""Stages per device ``chunks``."""
+MAX_OPS = 100_000
+"""Ops of one iteration: compute ops ``devices * chunks * microbatches * (3 split, 2 fused)``; a schedule
+file may hold up to twice as many (an OFFLOAD and a RELOAD per forward at most)."""
+MAX_MAGNITUDE = 1e12
+"""The largest absolute value of any number in a file (times, memory, bandwidth, start and end), and of a
+transfer's duration (amount / bandwidth): MAX_OPS ops this long still sum far inside a 64-bit integer,
+the solver's domain."""
+MAX_DEPTH = 32
+"""The deepest nesting of lists and objects in a file."""
+
+COUNT_LIMITS = {"devices": MAX_DEVICES, "microbatches": MAX_MICROBATCHES, "chunks": MAX_CHUNKS}
+
+
+def check_counts(data: dict, where: str) -> None:
+    """Refuse a problem whose devices, microbatches, chunks or op count pass the limits.
+
+    Called after the schema check (so the counts are integers >= 1) and before anything is built.
+    """
+    for key, limit in COUNT_LIMITS.items():
+        value = data.get(key, 1)
+        if value > limit:
+            raise InputError(f"{where}.{key}", f"must be <= {limit} (ppsolve's limit), got {_short(value)}")
+    ops = compute_op_count(data)
+    if ops > MAX_OPS:
+        raise InputError(where, f"has {ops} compute ops (devices x chunks x microbatches x "
+                                f"{_kinds(data)}); ppsolve's limit is {MAX_OPS}")
+
+
+def check_transfer_time(amount: float, bandwidth: float, where: str) -> None:
+    """Refuse a bandwidth so small that moving ``amount`` would take longer than MAX_MAGNITUDE."""
+    if amount / bandwidth > MAX_MAGNITUDE:
+        raise InputError(where, f"too small: moving {amount:g} would take {amount / bandwidth:.3g}, beyond "
+                                f"ppsolve's limit of {MAX_MAGNITUDE:g} per op")
+
+
+def compute_op_count(data: dict) -> int:
+    """Compute ops of a (schema-valid) problem dict."""
+    return data["devices"] * data.get("chunks", 1) * data["microbatches"] * _kinds(data)
+
+
+def _kinds(data: dict) -> int:
+    return 2 if data.get("backward", "split") == "fused" else 3
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
