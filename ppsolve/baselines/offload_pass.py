@@ -27,6 +27,7 @@ Plans for :func:`ppsolve.simulator.simulate` (orders, amounts, waits):
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -87,48 +88,47 @@ def _round_trip(problem: Problem, stage: int) -> tuple[float, float]:
     return problem.duration(_OFF, stage, amount), problem.duration(_REL, stage, amount)
 
 
+def _next_slot(now: float, at_least: float, slot: float) -> float:
+    """The first slot boundary ``now + n slot`` (n >= 0) at or after ``at_least``."""
+    return now if now >= at_least else now + math.ceil((at_least - now) / slot - 1e-12) * slot
+
+
 def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: dict, chosen: set[int]) -> list[_Transfer]:
     candidates = [op for op in order if op.kind is _F and op.stage in chosen]
     if not candidates:
         return []
-    d2h = max(_round_trip(problem, op.stage)[0] for op in candidates)
-    slot = max(sum(_round_trip(problem, op.stage)) for op in candidates)
+    trips = {s: _round_trip(problem, s) for s in {op.stage for op in candidates}}
+    d2h = max(down for down, _ in trips.values())
+    slot = max(down + up for down, up in trips.values())
     if slot <= 0:
         return []
     link = problem.offload.link_of_device[device]
     rank_on_link = sorted(dev for dev, lk in problem.offload.link_of_device.items() if lk == link).index(device)
     origin = timed[order[0]].end + rank_on_link * d2h
-
-    def backward(op: Op):
-        return timed[Op(_B, op.stage, op.microbatch)]
-
-    def room(op: Op) -> float:  # the latest end of its receive: one B before the B
-        b = backward(op)
-        return b.start - (b.end - b.start)
-
-    valid = [op for op in candidates if room(op) - timed[op].end > 3 * slot]
+    f_end = {(op.stage, op.microbatch): timed[op].end for op in candidates}
+    room = {}  # the latest end of a receive: one B before its B
+    for s, j in f_end:
+        b = timed[Op(_B, s, j)]
+        room[(s, j)] = b.start - (b.end - b.start)
     sends: dict[tuple[int, int], _Transfer] = {}
     now = origin
-    for op in valid:  # first free slot at or after the F ends, in F order
-        while now < timed[op].end:
-            now += slot
-        down = _round_trip(problem, op.stage)[0]
-        sends[(op.stage, op.microbatch)] = _Transfer(Op(_OFF, op.stage, op.microbatch), now, now + down)
+    for key, end in f_end.items():  # in F order, the first free slot at or after the F ends
+        if room[key] - end <= 3 * slot:
+            continue  # too short a stay on host: the activation stays on the device
+        now = _next_slot(now, end, slot)
+        sends[key] = _Transfer(Op(_OFF, *key), now, now + trips[key[0]][0])
         now += slot
-    last_end = max(timed[op].end for op in order)
-    while now < last_end:
-        now += slot
+    now = _next_slot(now, max(timed[op].end for op in order), slot)
     receives = []
-    backwards = [op for op in order if op.kind is _B and (op.stage, op.microbatch) in sends]
-    for op in reversed(backwards):  # last free slot ending one B before the B, from the end backwards
-        while now > room(op):
-            now -= slot
-        up = _round_trip(problem, op.stage)[1]
-        send = sends[(op.stage, op.microbatch)]
-        if now - up <= send.end:
-            del sends[(op.stage, op.microbatch)]  # the reference stops here; we keep the activation
+    backwards = [(op.stage, op.microbatch) for op in order if op.kind is _B and (op.stage, op.microbatch) in sends]
+    for key in reversed(backwards):  # from the end backwards, the last free slot ending by its room
+        if now > room[key]:
+            now -= math.ceil((now - room[key]) / slot - 1e-12) * slot
+        up = trips[key[0]][1]
+        if now - up <= sends[key].end:
+            del sends[key]  # the reference stops here with an error; the activation stays on the device
             continue
-        receives.append(_Transfer(Op(_REL, op.stage, op.microbatch), now - up, now))
+        receives.append(_Transfer(Op(_REL, *key), now - up, now))
         now -= slot
     return list(sends.values()) + receives
 
