@@ -45,7 +45,7 @@ _method("gis", offload.build_gis, offload.INTERLEAVED_SPLIT,
 _method("gis-h", offload.build_gis_h, offload.INTERLEAVED_SPLIT,
         "GIS with the least group g (ceil(d/2) on even costs): g(v-1) + d stage activations")
 _method("po-h", offload.build_po_h, offload.INTERLEAVED_SPLIT_OFFLOAD,
-        "PipeOffload half: GIS-H, the first half of each device's chunks offloaded by the reference's pass")
+        "PipeOffload half: GIS-H's spacing, groups of 1, the first half of the chunks offloaded by the reference's pass")
 _method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
         "PipeOffload full: GIS, every chunk offloaded by the reference's pass (where the link has room)")
 _method("1f1b-offload", offload.build_1f1b_offload, offload.LINEAR_OFFLOAD,

@@ -7,19 +7,21 @@ each pass at a position (in units of one pass):
 * F(chunk c, microbatch j = r g + k): ``3 (g c + k + g v r) + i``
 * B(chunk v-1-c, j): ``3 (g (v-1) + (d-1-i) + g c + k + g v r) + i + 1``; W one after its B
 
-and runs them in that order. Device i thus warms up with ``(v-1) g + (d-1-i)``
-forwards, then runs F, B, W in turn, holding ``(v-1) g + d - i`` stage
-activations at most. GIS takes g = d (``d v`` on device 0, as 1F1B); GIS-H the
-least group the reference allows, ``ceil(d/2)`` raised until one group's
-F+B+W on a device covers a microbatch's forward (or backward) through one chunk
-of every device (``g (v-1) + d`` on device 0).
+and runs them in that order (groups of g spaced by g; the reference also spaces
+groups of 1 by a larger K, with a further delay of every (v / gcd(v, K))-th chunk).
+Device i thus warms up with ``(v-1) g + (d-1-i)`` forwards, then runs F, B, W in
+turn, holding ``(v-1) g + d - i`` stage activations at most. GIS takes g = d
+(``d v`` on device 0, as 1F1B); GIS-H the least group the reference allows,
+``ceil(d/2)`` raised until one group's F+B+W on a device covers a microbatch's
+forward (or backward) through one chunk of every device (``g (v-1) + d`` on device 0).
 
-PO-H offloads GIS-H's first ``max(1, v // 2)`` chunks, PO-F every chunk of GIS,
+PO-H offloads the first ``max(1, v // 2)`` chunks of groups of 1 spaced by GIS-H's g
+(the reference's offload script), PO-F every chunk of GIS,
 with the reference's offload pass (:mod:`ppsolve.baselines.offload_pass`).
 ``1f1b-offload`` is PipeOffload's Figure 1: 1F1B, every activation but the last
 stage's to host right after its F and back before its B, forwards waiting for
-the offloads before them. Where a plan breaks the memory cap, the capped form of
-the same plan is used (``memory_policy`` in the schedule's parameters).
+the offloads before them. Where a plan breaks the memory cap, stricter forms of the
+same offloads are tried (``memory_policy`` in the schedule's parameters).
 """
 
 from __future__ import annotations
@@ -76,11 +78,13 @@ def gis_orders(problem: Problem, group: int, spacing: int) -> list[list[Op]]:
     return orders
 
 
-def gis_shape(problem: Problem, half: bool) -> tuple[int, int]:
-    """(group, spacing): GIS groups of d; GIS-H groups of 1 spaced by the least group (the reference's default)."""
-    if half:
-        return 1, least_group(problem)
-    return problem.devices, problem.devices
+def gis_shape(problem: Problem, half: bool, offload: bool = False) -> tuple[int, int]:
+    """(group, spacing). GIS: groups of d. GIS-H: groups of the least group g (Table 1's g(v-1) + d).
+    PO-H: groups of 1 spaced by g, the reference's offload script default (smoother per chunk)."""
+    if not half:
+        return problem.devices, problem.devices
+    g = least_group(problem)
+    return (1, g) if offload else (g, g)
 
 
 def offload_chunks(problem: Problem, full: bool) -> int:
@@ -108,7 +112,7 @@ def _build_gis(name: str, half: bool):
 def _build_po(name: str, full: bool):
     def build(problem: Problem, options: RunOptions) -> Schedule:
         started = time.perf_counter()
-        group, spacing = gis_shape(problem, half=not full)
+        group, spacing = gis_shape(problem, half=not full, offload=True)
         chunks = offload_chunks(problem, full)
         stages = [s for s in range(problem.num_stages) if s // problem.devices < chunks]
         orders = gis_orders(problem, group, spacing)
