@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ppsolve.baselines.offload import gis_orders, least_group
+from ppsolve.baselines.offload_pass import reference_plan
 from ppsolve.bounds import min_capacity
 from ppsolve.checker import check
 from ppsolve.memory import peak_memory
@@ -151,3 +152,26 @@ def test_offload_methods_build_valid_schedules_wherever_they_apply(name):
             assert schedule.offloaded > 0, path.name
             applied += 1
     assert applied >= 8
+
+
+def test_the_reference_offload_end_waits_hold_compute_on_a_busy_link():
+    # One half-duplex link for 4 devices: transfers queue behind each other and end later than planned.
+    # The compute op the reference lists after a send's "offload end" waits for it (contract version 2),
+    # so the memory is freed before that op allocates; without the waits the same plan holds more.
+    problem = make_problem(4, 16, "interleaved", chunks=2, offload=link(0.5, links=[[0, 1, 2, 3]], duplex=False))
+    plan = reference_plan(problem, gis_orders(problem, 4, 4), range(problem.num_stages))
+    assert plan.waits
+    held = peak_memory(problem, plan.time(problem))
+    unheld = peak_memory(problem, simulate(problem, plan.orders, plan.amounts))
+    assert max(held) < max(unheld)
+
+
+def test_which_activations_go_to_host():
+    # PO-H: only the first v // 2 chunks; PO-F: every chunk, but the reference keeps an activation whose F
+    # ends at most 3 round trips before its B (less one B): the last stage's B follows its F at once.
+    d, v = 4, 4
+    problem = make_problem(d, 4 * d, "interleaved", chunks=v, offload=link(0.5))
+    po_h = {op.stage for op in run("po-h", problem).ops if op.kind is OpKind.OFFLOAD}
+    assert po_h and all(s // d < v // 2 for s in po_h)
+    po_f = {op.stage for op in run("po-f", problem).ops if op.kind is OpKind.OFFLOAD}
+    assert {s // d for s in po_f} == set(range(v)) and d * v - 1 not in po_f
