@@ -113,7 +113,15 @@ def frontier_section(image: Path, base: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def build(results: Path, frontiers: list[Path], out: Path, instances: Path) -> str:
+def extra_sections(folder: Path) -> list[str]:
+    """Sections written by other benchmark scripts (``docs/bench/sections/*.md``), in name order."""
+    if not folder.is_dir():
+        return []
+    return [path.read_text(encoding="utf-8").rstrip() + "\n" for path in sorted(folder.glob("*.md"))]
+
+
+def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
+          sections: Path = Path("docs/bench/sections")) -> str:
     rows = read_csv(results)
     base = out.parent
     labels = list(dict.fromkeys(r.problem for r in rows))
@@ -148,6 +156,7 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path) -> s
         parts += ["## Memory/time frontiers", ""]
         for image in frontiers:
             parts += [f"### {image.stem}", "", frontier_section(image, base)]
+    parts += extra_sections(sections)
     parts += ["## All runs", "", markdown_table(rows), "## Problems", "", problems_table(labels, instances)]
     return "\n".join(parts)
 
@@ -157,10 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="docs/bench/results.csv")
     parser.add_argument("--frontier", action="append", default=[], help="a frontier image (its CSV beside it)")
     parser.add_argument("--instances", default="instances", help="the directory that was benchmarked")
+    parser.add_argument("--sections", default="docs/bench/sections",
+                        help="folder of markdown sections written by other benchmark scripts")
     parser.add_argument("--out", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    text = build(Path(args.results), [Path(f) for f in args.frontier], out, Path(args.instances))
+    text = build(Path(args.results), [Path(f) for f in args.frontier], out, Path(args.instances),
+                 Path(args.sections))
     write_text_atomic(out, text)
     print(f"wrote {out}")
     return 0
