@@ -41,12 +41,14 @@ _method("dualpipe-v", vshape.build_dualpipe_v, vshape.VSHAPE,
         "DeepSeek's DualPipeV order run without F&B overlap (m >= 2d)",
         why_not=vshape.dualpipe_v_why_not, requirements="vshape (v=2), split or fused backward, m >= 2d")
 _method("gis", offload.build_gis, offload.INTERLEAVED_SPLIT,
-        "PipeOffload's grouped interleaving: interleaved, split backward, shorter warm-up")
+        "PipeOffload's grouped interleaving, groups of d: warm-up (v-1)d + (d-1-i), d*v stage activations")
 _method("gis-h", offload.build_gis_h, offload.INTERLEAVED_SPLIT,
-        "GIS with microbatch groups of ceil(d/2): fewer activations in flight")
+        "GIS with the least group g (ceil(d/2) on even costs): g(v-1) + d stage activations")
 _method("po-h", offload.build_po_h, offload.INTERLEAVED_SPLIT_OFFLOAD,
-        "PipeOffload half: GIS-H, the first half of each device's chunks offloaded to host")
+        "PipeOffload half: GIS-H's spacing, groups of 1, the first half of the chunks offloaded by the reference's pass")
 _method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
-        "PipeOffload full: GIS, every chunk offloaded to host (but the last stage)")
+        "PipeOffload full: GIS, every chunk offloaded by the reference's pass (where the link has room)")
+_method("1f1b-offload", offload.build_1f1b_offload, offload.LINEAR_OFFLOAD,
+        "1F1B with full offload (PipeOffload Fig. 1): all but the last stage to host, forwards wait for offloads")
 _method("greedy", greedy.build_greedy, _ANY,
         "list scheduler within the memory cap, offloading long waits (solver warm start, fallback)")

@@ -57,20 +57,18 @@ class Requirement:
 
 def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options: RunOptions, started: float,
            amounts: Mapping[tuple[int, int], float] | None = None, params: dict | None = None,
-           ops: list | None = None) -> Schedule:
+           ops: list | None = None, waits: Mapping[Op, Sequence[Op]] | None = None) -> Schedule:
     """Time the orders, apply the capacity rule and wrap the schedule.
 
+    ``waits``: explicit waits of the plan (see :func:`ppsolve.simulator.simulate`).
     ``ops``: the simulator's timing of these orders when the caller has it already.
     A schedule whose peak exceeds a device's capacity is refused with
     InfeasibleError ("NAME needs X on device D, capacity is C") unless
     ``options.ignore_capacity``, which records ``capacity_broken: true``.
     """
     if ops is None:
-        ops = simulate(problem, orders, amounts)
-    bounded = any(cap is not None for cap in problem.capacity)
-    peaks = peak_memory(problem, ops) if bounded else []
-    over = [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
-            if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
+        ops = simulate(problem, orders, amounts, waits)
+    over = over_capacity(problem, ops)
     extra = {}
     if over:
         if not options.ignore_capacity:
@@ -82,6 +80,15 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
     return make_schedule(problem, ops, name, params=params or {}, status="heuristic",
                          lower_bound=makespan_lower_bound(problem).value,
                          seconds=time.perf_counter() - started, **extra)
+
+
+def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, float]]:
+    """(device, peak, capacity) for each device whose peak exceeds its cap."""
+    if all(cap is None for cap in problem.capacity):
+        return []
+    peaks = peak_memory(problem, ops)
+    return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
+            if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
 
 
 def memory_text(x: float) -> str:

@@ -1,26 +1,37 @@
-"""PipeOffload's grouped interleaving (GIS, GIS-H) and its offload schedules (PO-H, PO-F).
+"""PipeOffload's schedules: grouped interleaving (GIS, GIS-H), its offload (PO-H, PO-F), 1F1B full offload.
 
-GIS is interleaved 1F1B with split backward and a shorter warm-up: device i
-runs ``(v - 1) g + (d - 1 - i)`` forwards before its first backward, g being the
-size of the first microbatch group (groups of d for GIS; of ceil(d / 2) for
-GIS-H, which halves the chunk term of the warm-up and so the activations in
-flight; a remainder joins the first group). W runs right after its B.
+GIS follows the reference's group-interleaved building block. With microbatch
+groups of g (the last one may be short) and chunk c = s // d, device i places
+each pass at a position (in units of one pass):
 
-PO-H and PO-F put PipeOffload's offload on top of GIS-H and GIS: PO-H moves the
-activations of the first half of each device's chunks (the longest-lived), PO-F
-those of every chunk but the last stage. Each OFFLOAD is issued right after
-its F; each RELOAD as late as its B allows, i.e. after the last compute op that
-still leaves enough compute before the B to hide the reload. An activation whose
-F and B are too close to hide both transfers stays on the device. Transfers
-use the device's real link lanes (a shared link serialises its devices).
+* F(chunk c, microbatch j = r g + k): ``3 (g c + k + g v r) + i``
+* B(chunk v-1-c, j): ``3 (g (v-1) + (d-1-i) + g c + k + g v r) + i + 1``; W one after its B
+
+and runs them in that order (groups of g spaced by g; the reference also spaces
+groups of 1 by a larger K, with a further delay of every (v / gcd(v, K))-th chunk).
+Device i thus warms up with ``(v-1) g + (d-1-i)`` forwards, then runs F, B, W in
+turn, holding ``(v-1) g + d - i`` stage activations at most. GIS takes g = d
+(``d v`` on device 0, as 1F1B); GIS-H the least group the reference allows,
+``ceil(d/2)`` raised until one group's F+B+W on a device covers a microbatch's
+forward (or backward) through one chunk of every device (``g (v-1) + d`` on device 0).
+
+PO-H offloads the first ``max(1, v // 2)`` chunks of groups of 1 spaced by GIS-H's g
+(the reference's offload script), PO-F every chunk of GIS,
+with the reference's offload pass (:mod:`ppsolve.baselines.offload_pass`).
+``1f1b-offload`` is PipeOffload's Figure 1: 1F1B, every activation but the last
+stage's to host right after its F and back before its B, forwards waiting for
+the offloads before them. Where a plan breaks the memory cap, stricter forms of the
+same offloads are tried (``memory_policy`` in the schedule's parameters).
 """
 
 from __future__ import annotations
 
+import math
 import time
 
-from ppsolve.baselines.common import Requirement, finish, with_w_after_b
-from ppsolve.baselines.interleaved import group_sizes, interleaved_orders
+from ppsolve.baselines.common import Requirement, finish
+from ppsolve.baselines.offload_pass import Plan, fitted, full_offload_plan, reference_plan
+from ppsolve.baselines.onef1b import onef1b_orders
 from ppsolve.methods import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -28,103 +39,98 @@ from ppsolve.schedule import Schedule
 
 INTERLEAVED_SPLIT = Requirement(placements=("interleaved", "linear"), backward=("split",))
 INTERLEAVED_SPLIT_OFFLOAD = Requirement(placements=("interleaved", "linear"), backward=("split",), offload=True)
+LINEAR_OFFLOAD = Requirement(placements=("linear",), offload=True)
 
 
-def gis_orders(problem: Problem, group: int) -> list[list[Op]]:
-    """Grouped interleaved orders with microbatch groups of ``group`` and the short warm-up."""
+def least_group(problem: Problem) -> int:
+    """The reference's least group: ceil(d/2), raised until max(F+B+W) * g covers a chunk's F (or B) sum."""
     d, v = problem.devices, problem.chunks
-    first = group_sizes(problem.microbatches, group)[0]
-    orders = interleaved_orders(problem, lambda i: (v - 1) * first + (d - 1 - i), group)
-    return [with_w_after_b(problem, order) for order in orders]
+    fbw = max(sum(problem.duration(kind, s) for kind in problem.kinds) for s in range(problem.num_stages))
+    chunk_sum = max(sum(problem.duration(kind, c * d + i) for i in range(d))
+                    for kind in (OpKind.F, OpKind.B) for c in range(v))
+    group = (d + 1) // 2
+    while group < d and fbw * group < chunk_sum:
+        group += 1
+    return group
 
 
-def gis_group(problem: Problem, half: bool) -> int:
-    d = problem.devices
-    return max(1, (d + 1) // 2) if half else d
+def gis_orders(problem: Problem, group: int, spacing: int) -> list[list[Op]]:
+    """Per-device orders of the reference's building block: microbatch groups of ``group``,
+    chunk c's forwards ``spacing`` passes after chunk c-1's (the module docstring's positions)."""
+    d, v, m = problem.devices, problem.chunks, problem.microbatches
+    g, K = group, spacing
+    period = v // math.gcd(v, K // g)
+    orders = []
+    for i in range(d):
+        last_f = 3 * K * (v - 1) + 3 * g * ((v - 1) // period) + i
+        placed: list[tuple[int, Op]] = []
+        for j in range(m):
+            r, k = divmod(j, g)
+            for c in range(v):
+                offset = 3 * (K * c + k + g * (c // period) + g * v * r)
+                placed.append((offset + i, Op(OpKind.F, c * d + i, j)))
+                b = last_f + 3 * (d - 1 - i) + 1 + offset
+                stage = (v - 1 - c) * d + i
+                placed.append((b, Op(OpKind.B, stage, j)))
+                placed.append((b + 1, Op(OpKind.W, stage, j)))
+        placed.sort()
+        orders.append([op for _, op in placed])
+    return orders
 
 
-def add_offload(problem: Problem, orders: list[list[Op]], stages: set[int]) -> tuple[list[list[Op]], dict]:
-    """Insert OFFLOAD right after each chosen F and RELOAD as late as its B allows."""
-    amounts: dict[tuple[int, int], float] = {}
-    durations = {kind: [problem.duration(kind, s) for s in range(problem.num_stages)] for kind in problem.kinds}
-    _F, _B = OpKind.F, OpKind.B
-    out = []
-    for order in orders:
-        compute = list(order)
-        b_position = {(s, j): k for k, (kind, s, j) in enumerate(compute) if kind is _B}
-        # cumulative compute time before each position
-        before = [0.0]
-        total = 0.0
-        for kind, s, _ in compute:
-            total += durations[kind][s]
-            before.append(total)
-        after_f: dict[int, Op] = {}
-        before_op: dict[int, list[Op]] = {}
-        for k_f, (kind, s, j) in enumerate(compute):
-            if kind is not _F or s not in stages:
-                continue
-            amount = problem.max_offload(s)
-            if amount <= 0:
-                continue
-            k_b = b_position[(s, j)]
-            down = problem.duration(OpKind.OFFLOAD, s, amount)
-            up = problem.duration(OpKind.RELOAD, s, amount)
-            # compute between F's end and B's start must hide both transfers
-            if before[k_b] - before[k_f + 1] < down + up:
-                continue
-            # reload issued after op k-1 ends: the latest k with compute k..b-1 >= up
-            k = k_b
-            while k > k_f + 1 and before[k_b] - before[k] < up:
-                k -= 1
-            if before[k_b] - before[k] < up or before[k] - before[k_f + 1] < down:
-                continue
-            amounts[(s, j)] = amount
-            after_f[k_f] = Op(OpKind.OFFLOAD, s, j)
-            before_op.setdefault(k, []).append(Op(OpKind.RELOAD, s, j))
-        actions: list[Op] = []
-        for k, op in enumerate(compute):
-            if k in before_op:
-                actions += before_op[k]
-            actions.append(op)
-            if k in after_f:
-                actions.append(after_f[k])
-        out.append(actions)
-    return out, amounts
+def gis_shape(problem: Problem, half: bool, offload: bool = False) -> tuple[int, int]:
+    """(group, spacing). GIS: groups of d. GIS-H: groups of the least group g (Table 1's g(v-1) + d).
+    PO-H: groups of 1 spaced by g, the reference's offload script default (smoother per chunk)."""
+    if not half:
+        return problem.devices, problem.devices
+    g = least_group(problem)
+    return (1, g) if offload else (g, g)
 
 
-def offload_stages(problem: Problem, full: bool) -> set[int]:
-    """Stages PO-F / PO-H move to host: every chunk, or the first half of each device's chunks."""
-    last = problem.num_stages - 1
-    chosen = set()
-    for stages in problem.stages_of_device:
-        keep = stages if full else stages[: max(1, len(stages) // 2)]
-        chosen.update(s for s in keep if s != last)
-    return chosen
+def offload_chunks(problem: Problem, full: bool) -> int:
+    return problem.chunks if full else max(1, problem.chunks // 2)
 
 
-def build_gis(problem: Problem, options: RunOptions) -> Schedule:
-    started = time.perf_counter()
-    group = gis_group(problem, half=False)
-    return finish(problem, gis_orders(problem, group), "gis", options, started, params={"group": group})
+def _finish_plan(problem: Problem, plan: Plan, orders: list[list[Op]], stages, name: str, options: RunOptions,
+                 started: float, params: dict) -> Schedule:
+    plan, ops = fitted(problem, plan, orders, stages)
+    params = dict(params, memory_policy=plan.policy, offloaded_activations=plan.offloaded)
+    return finish(problem, plan.orders, name, options, started, amounts=plan.amounts, waits=plan.waits,
+                  params=params, ops=ops)
 
 
-def build_gis_h(problem: Problem, options: RunOptions) -> Schedule:
-    started = time.perf_counter()
-    group = gis_group(problem, half=True)
-    return finish(problem, gis_orders(problem, group), "gis-h", options, started, params={"group": group})
+def _build_gis(name: str, half: bool):
+    def build(problem: Problem, options: RunOptions) -> Schedule:
+        started = time.perf_counter()
+        group, spacing = gis_shape(problem, half)
+        return finish(problem, gis_orders(problem, group, spacing), name, options, started,
+                      params={"group": group, "spacing": spacing})
+    build.__name__ = f"build_{name.replace('-', '_')}"
+    return build
 
 
 def _build_po(name: str, full: bool):
     def build(problem: Problem, options: RunOptions) -> Schedule:
         started = time.perf_counter()
-        group = gis_group(problem, half=not full)
-        stages = offload_stages(problem, full)
-        orders, amounts = add_offload(problem, gis_orders(problem, group), stages)
-        return finish(problem, orders, name, options, started, amounts=amounts,
-                      params={"group": group, "offload_stages": sorted(stages)})
+        group, spacing = gis_shape(problem, half=not full, offload=True)
+        chunks = offload_chunks(problem, full)
+        stages = [s for s in range(problem.num_stages) if s // problem.devices < chunks]
+        orders = gis_orders(problem, group, spacing)
+        plan = reference_plan(problem, orders, stages)
+        return _finish_plan(problem, plan, orders, stages, name, options, started,
+                            {"group": group, "spacing": spacing, "offload_chunks": chunks})
     build.__name__ = f"build_{name.replace('-', '_')}"
     return build
 
 
+def build_1f1b_offload(problem: Problem, options: RunOptions) -> Schedule:
+    started = time.perf_counter()
+    orders = onef1b_orders(problem)
+    return _finish_plan(problem, full_offload_plan(problem, orders), orders, None, "1f1b-offload", options,
+                        started, {})
+
+
+build_gis = _build_gis("gis", half=False)
+build_gis_h = _build_gis("gis-h", half=True)
 build_po_h = _build_po("po-h", full=False)
 build_po_f = _build_po("po-f", full=True)
