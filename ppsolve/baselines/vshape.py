@@ -19,6 +19,7 @@ from collections import deque
 
 from ppsolve.baselines.common import Requirement, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.methods import RunOptions
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
@@ -26,6 +27,17 @@ from ppsolve.schedule import Schedule
 
 VSHAPE_SPLIT = Requirement(placements=("vshape",), backward=("split",))
 VSHAPE = Requirement(placements=("vshape",))
+
+
+def build_zb_v(problem: Problem, options: RunOptions) -> Schedule:
+    """The ZB-V heuristic on the real costs, every device within 2d stage activations."""
+    started = time.perf_counter()
+    limit = 2 * problem.devices * max(problem.activation)
+    orders = zbv_orders(problem, limit)
+    if orders is None:  # more than two chunks per device: the list scheduler's order on unit costs
+        orders = budget_orders(problem, problem.devices)
+    return finish(problem, orders, "zb-v", options, started,
+                  params={"microbatches_in_flight": problem.devices, "memory_limit": limit})
 
 
 def budget_orders(problem: Problem, microbatches: int) -> list[list[Op]]:
@@ -46,7 +58,6 @@ def _build_budget(name: str, count) -> callable:
     return build
 
 
-build_zb_v = _build_budget("zb-v", lambda d: d)
 build_v_half = _build_budget("v-half", lambda d: (d + 2) // 2)
 build_v_min = _build_budget("v-min", lambda d: (d + 4) // 3)
 
