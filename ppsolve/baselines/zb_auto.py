@@ -46,103 +46,130 @@ class _MemoryError(Exception):
     """A variant cannot keep within the limit."""
 
 
+class _Slower(Exception):
+    """A variant is already slower than the best one found."""
+
+
+_F, _B, _W = 0, 1, 2
+
+
 class _Builder:
     """One variant's orders, timed as they are placed (exactly as the simulator times them)."""
 
-    def __init__(self, problem: Problem, limit: float, variant: ZbVariant):
+    def __init__(self, problem: Problem, limit: float, variant: ZbVariant, give_up: float = float("inf")):
         S = problem.num_stages
-        self.S, self.m, self.variant, self.limit = S, problem.microbatches, variant, limit
-        self.cost = {"F": problem.forward, "B": problem.backward_input, "W": problem.backward_weight}
-        self.delta = {"F": problem.activation,
-                      "B": [-(a - h) for a, h in zip(problem.activation, problem.weight_hold)],
-                      "W": [-h for h in problem.weight_hold]}
+        self.S, self.m, self.variant, self.limit, self.give_up = S, problem.microbatches, variant, limit, give_up
+        self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
+        self.delta = (problem.activation, [-(a - h) for a, h in zip(problem.activation, problem.weight_hold)],
+                      [-h for h in problem.weight_hold])
         self.comm = problem.p2p
-        self.count = {k: [0] * S for k in "FBW"}
-        self.ends = {k: [[] for _ in range(S)] for k in "FB"}
+        self.count = ([0] * S, [0] * S, [0] * S)
+        self.ends = ([[] for _ in range(S)], [[] for _ in range(S)])
         self.mem = [0.0] * S
         self.end = [0.0] * S
         self.bubble = [0.0] * S
-        self.orders: list[list[Op]] = [[] for _ in range(S)]
+        self.max_bubble = 0.0
+        self.mattered: set[str] = set()  # the switches some decision depended on
+        self.orders: list[list[tuple[int, int]]] = [[] for _ in range(S)]
 
-    def put(self, s: int, kind: str) -> None:
-        j = self.count[kind][s]
+    def put(self, s: int, kind: int) -> None:
+        count = self.count[kind]
+        j = count[s]
         cost = self.cost[kind][s]
-        finish = self.end[s] + cost
-        if kind == "F" and s > 0:
-            finish = max(finish, self.ends["F"][s - 1][j] + self.comm + cost)
-        elif kind == "B" and s < self.S - 1:
-            finish = max(finish, self.ends["B"][s + 1][j] + self.comm + cost)
-        if self.count["F"][s] > 0:
-            self.bubble[s] += finish - (self.end[s] + cost)
+        free = self.end[s] + cost
+        finish = free
+        if kind == _F:
+            if s > 0:
+                finish = max(free, self.ends[_F][s - 1][j] + self.comm + cost)
+            self.ends[_F][s].append(finish)
+        elif kind == _B:
+            if s < self.S - 1:
+                finish = max(free, self.ends[_B][s + 1][j] + self.comm + cost)
+            self.ends[_B][s].append(finish)
+        if finish > free and self.count[_F][s] > 0:
+            self.bubble[s] += finish - free
+            if self.bubble[s] > self.max_bubble:
+                self.max_bubble = self.bubble[s]
+        if finish > self.give_up:
+            raise _Slower
         self.end[s] = finish
         self.mem[s] += self.delta[kind][s]
-        self.count[kind][s] += 1
-        if kind != "W":
-            self.ends[kind][s].append(finish)
-        self.orders[s].append({"F": F, "B": B, "W": W}[kind](s, j))
+        count[s] = j + 1
+        self.orders[s].append((kind, j))
 
     def pending_w(self, s: int) -> bool:
-        return self.count["W"][s] < self.count["B"][s]
+        return self.count[_W][s] < self.count[_B][s]
 
     def make_room(self, s: int, kind: str) -> None:
         while self.mem[s] + self.delta[kind][s] > self.limit + 1e-9:
             if not self.pending_w(s):
                 raise _MemoryError
-            self.put(s, "W")
+            self.put(s, _W)
 
     def fill_wait(self, s: int, arrival: float) -> None:
         """W's that fit before the input arrives; one more if the wait is long or greedy filling is on."""
-        while self.pending_w(s) and self.end[s] + self.cost["W"][s] <= arrival:
-            self.put(s, "W")
+        while self.pending_w(s) and self.end[s] + self.cost[_W][s] <= arrival:
+            self.put(s, _W)
         if self.pending_w(s) and self.end[s] < arrival:
-            if arrival - self.end[s] > max(self.bubble) - self.bubble[s] or self.variant.fill_greedily:
-                self.put(s, "W")
+            if arrival - self.end[s] > self.max_bubble - self.bubble[s]:
+                self.put(s, _W)
+            else:
+                self.mattered.add("fill_greedily")
+                if self.variant.fill_greedily:
+                    self.put(s, _W)
 
     def warm_up(self) -> None:
-        S, m, cF, cB = self.S, self.m, self.cost["F"], self.cost["B"]
+        S, m, cF, cB = self.S, self.m, self.cost[_F], self.cost[_B]
         for s in range(S):
-            self.put(s, "F")
+            self.put(s, _F)
         extra = [0] * S
-        back = self.ends["F"][S - 1][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
+        back = self.ends[_F][S - 1][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
         for s in range(S - 2, -1, -1):
             mem, t = self.mem[s], self.end[s]
-            while self.count["F"][s] + extra[s] < m and mem + self.delta["F"][s] <= self.limit + 1e-9:
-                if self.variant.bubble_before_first_b:
-                    if t + cF[s] > back + self.comm:
-                        break
-                elif t >= back + self.comm:
+            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + 1e-9:
+                overrun, late = t + cF[s] > back + self.comm, t >= back + self.comm
+                if overrun != late:
+                    self.mattered.add("bubble_before_first_b")
+                if overrun if self.variant.bubble_before_first_b else late:
                     break
-                mem += self.delta["F"][s]
+                mem += self.delta[_F][s]
                 t += cF[s]
                 extra[s] += 1
             back = max(t, back + self.comm) + cB[s]
         for s in range(1, S):  # later stages take strictly fewer (at most as many once all m are in)
-            while 0 < extra[s] >= extra[s - 1] and self.count["F"][s] + extra[s] < m:
+            while 0 < extra[s] >= extra[s - 1] and self.count[_F][s] + extra[s] < m:
                 extra[s] -= 1
             extra[s] = min(extra[s], extra[s - 1])
         for s in range(S):
             for _ in range(extra[s]):
-                self.put(s, "F")
+                self.put(s, _F)
         for s in range(S - 1, -1, -1):
-            self.put(s, "B")
+            self.put(s, _B)
 
     def wants_forward(self, s: int) -> bool:
-        if self.count["F"][s] >= self.m:
+        if self.count[_F][s] >= self.m:
             return False
-        if not (self.variant.prioritize_b and s + 1 < self.S and self.count["F"][s] >= self.count["F"][s + 1] + 2):
+        if not (s + 1 < self.S and self.count[_F][s] >= self.count[_F][s + 1] + 2):
             return True
+        if self._lets_backward_through(s):
+            self.mattered.add("prioritize_b")
+            return not self.variant.prioritize_b
+        return True
+
+    def _lets_backward_through(self, s: int) -> bool:
+        """Whether a stage far ahead of the next one should skip its forward (prioritize_b)."""
         nxt = s + 1
-        next_done = self.end[nxt] + self.cost["F"][nxt] + self.cost["B"][nxt] + self.comm
+        next_done = self.end[nxt] + self.cost[_F][nxt] + self.cost[_B][nxt] + self.comm
         if self.end[s] >= next_done:
-            return False
-        mem, w_cost, w = self.mem[s] + self.delta["F"][s], 0.0, self.count["W"][s]
-        while mem > self.limit + 1e-9 and w < self.count["B"][s]:
-            w_cost += self.cost["W"][s]
-            mem += self.delta["W"][s]
-            w += 1
-        if self.end[s] + self.cost["F"][s] + w_cost <= next_done:
             return True
-        return next_done - self.end[s] > max(self.bubble) - self.bubble[s]
+        mem, w_cost, w = self.mem[s] + self.delta[_F][s], 0.0, self.count[_W][s]
+        while mem > self.limit + 1e-9 and w < self.count[_B][s]:
+            w_cost += self.cost[_W][s]
+            mem += self.delta[_W][s]
+            w += 1
+        if self.end[s] + self.cost[_F][s] + w_cost <= next_done:
+            return False
+        return next_done - self.end[s] <= self.max_bubble - self.bubble[s]
 
     def steady(self, i: int) -> None:
         S = self.S
@@ -152,18 +179,18 @@ class _Builder:
         for s in range(S):
             if not want[s]:
                 continue
-            self.make_room(s, "F")
+            self.make_room(s, _F)
             if s > 0:
-                self.fill_wait(s, self.ends["F"][s - 1][self.count["F"][s]] + self.comm)
-            self.put(s, "F")
+                self.fill_wait(s, self.ends[_F][s - 1][self.count[_F][s]] + self.comm)
+            self.put(s, _F)
         for s in range(S - 1, -1, -1):
-            self.make_room(s, "B")
+            self.make_room(s, _B)
             if s + 1 < S:
-                self.fill_wait(s, self.ends["B"][s + 1][i] + self.comm)
-            if s == 0 and self.count["F"][s] == self.m:
+                self.fill_wait(s, self.ends[_B][s + 1][i] + self.comm)
+            if s == 0 and self.count[_F][s] == self.m:
                 while self.pending_w(s):
-                    self.put(s, "W")
-            self.put(s, "B")
+                    self.put(s, _W)
+            self.put(s, _B)
 
     def build(self) -> tuple[float, list[list[Op]]]:
         self.warm_up()
@@ -171,8 +198,9 @@ class _Builder:
             self.steady(i)
         for s in range(self.S):
             while self.pending_w(s):
-                self.put(s, "W")
-        return max(self.end), self.orders
+                self.put(s, _W)
+        ops = (F, B, W)
+        return max(self.end), [[ops[kind](s, j) for kind, j in order] for s, order in enumerate(self.orders)]
 
 
 def zb_auto_orders(problem: Problem, limit: float) -> list[list[Op]]:
@@ -181,11 +209,18 @@ def zb_auto_orders(problem: Problem, limit: float) -> list[list[Op]]:
     Raises ValueError when no variant fits (the limit holds less than one microbatch per stage).
     """
     best = None
+    seen: list[tuple[ZbVariant, set[str]]] = []
     for variant in VARIANTS:
-        try:
-            result = _Builder(problem, limit, variant).build()
-        except _MemoryError:
+        # a variant agreeing with one already run on every switch that run consulted repeats it
+        if any(all(getattr(variant, f) == getattr(other, f) for f in used) for other, used in seen):
             continue
+        builder = _Builder(problem, limit, variant, best[0] if best else float("inf"))
+        try:
+            result = builder.build()
+        except (_MemoryError, _Slower):
+            continue
+        finally:
+            seen.append((variant, builder.mattered))
         if best is None or result[0] < best[0]:
             best = result
     if best is None:
