@@ -44,7 +44,7 @@ class VRun:
     makespan: float
     max_bubble: float
     bubble: tuple[float, ...]
-    orders: list[list[Op]]
+    orders: list[list[tuple[int, int, int]]]  # (kind, stage, microbatch)
 
 
 class _Builder:
@@ -55,18 +55,18 @@ class _Builder:
     """
 
     def __init__(self, problem: Problem, limit: float, fill_b: bool, fill_f: bool,
-                 approved: tuple[float, ...] | None):
+                 approved: tuple[float, ...] | None, give_up: float = float("inf")):
         d = problem.devices
-        self.d, self.m, self.limit = d, problem.microbatches, limit
-        self.fill_b, self.fill_f = fill_b, fill_f
+        self.d, self.m, self.limit = d, problem.microbatches, limit + 1e-9
+        self.fill_b, self.fill_f, self.give_up = fill_b, fill_f, give_up
         self.approved = approved or (-1.0,) * d
         self.max_approved = max(self.approved)
-        # stage of (kind, lane) on device i
+        # stage of (kind, lane) on device i; the device each lane's input comes from (-1: this one)
         self.stage = [[(i, 2 * d - 1 - i), (2 * d - 1 - i, i), (2 * d - 1 - i, i)] for i in range(d)]
-        self.cost = {k: v for k, v in zip((_F, _B, _W), (problem.forward, problem.backward_input,
-                                                          problem.backward_weight))}
+        self.source = [[i - 1, i + 1 if i + 1 < d else -1] for i in range(d)]
+        self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
         act, hold = problem.activation, problem.weight_hold
-        self.delta = {_F: act, _B: [-(a - h) for a, h in zip(act, hold)], _W: [-h for h in hold]}
+        self.delta = (act, [-(a - h) for a, h in zip(act, hold)], [-h for h in hold])
         self.f_room = max(act)
         self.comm = problem.p2p
         self.count = [[[0, 0] for _ in range(3)] for _ in range(d)]
@@ -74,47 +74,54 @@ class _Builder:
         self.mem = [0.0] * d
         self.cur = [0.0] * d
         self.bubble = [0.0] * d
+        self.most_bubble = 0.0
+        self.mattered: set[str] = set()  # the switches some decision depended on
         self.pending: list[list[int]] = [[] for _ in range(d)]
         self.next_w = [0] * d
-        self.orders: list[list[Op]] = [[] for _ in range(d)]
+        self.orders: list[list[tuple[int, int, int]]] = [[] for _ in range(d)]
 
     def placed(self, i: int, kind: int, lane: int, j: int) -> float | None:
         ends = self.ends[i][kind][lane]
         return ends[j] if j < len(ends) else None
 
     def max_bubble(self, i: int) -> float:
-        return max(max(self.bubble), self.max_approved - self.approved[i])
+        return max(self.most_bubble, self.max_approved - self.approved[i])
 
     def put(self, kind: int, lane: int, i: int) -> None:
-        j = self.count[i][kind][lane]
+        counts = self.count[i][kind]
+        j = counts[lane]
         if j >= self.m:
             raise _Stuck
         s = self.stage[i][kind][lane]
         cost = self.cost[kind][s]
-        finish = self.cur[i] + cost
+        free = self.cur[i] + cost
+        finish = free
         if kind != _W:
-            prev = i + 1 if lane == 1 else i - 1
-            if 0 <= prev < self.d:
-                before = self.placed(prev, kind, lane, j)
-                if before is None:
+            src = self.source[i][lane]
+            if src >= 0:
+                ends = self.ends[src][kind][lane]
+                if j >= len(ends):
                     raise _Stuck
-                finish = max(finish, before + self.comm + cost)
-            elif (kind, lane) != (_F, 0):  # the turn of the V: its input is on this device
+                finish = max(free, ends[j] + self.comm + cost)
+            elif kind or lane:  # the turn of the V: its input is on this device
                 turn = (_F, 0) if kind == _F else ((_F, 1) if lane == 0 else (_B, 0))
                 if self.count[i][turn[0]][turn[1]] <= j:
                     raise _Stuck
-        if self.count[i][_F][0] > 0:
-            self.bubble[i] += finish - (self.cur[i] + cost)
+            self.ends[i][kind][lane].append(finish)
+            if kind == _B:
+                self.pending[i].append(lane)
+        if finish > free and self.count[i][_F][0] > 0:
+            self.bubble[i] += finish - free
+            if self.bubble[i] > self.most_bubble:
+                self.most_bubble = self.bubble[i]
+        if finish > self.give_up:
+            raise _Stuck
         self.cur[i] = finish
         self.mem[i] += self.delta[kind][s]
-        if self.mem[i] > self.limit + 1e-9:
+        if self.mem[i] > self.limit:
             raise _Stuck
-        self.count[i][kind][lane] += 1
-        if kind != _W:
-            self.ends[i][kind][lane].append(finish)
-        if kind == _B:
-            self.pending[i].append(lane)
-        self.orders[i].append((F, B, W)[kind](s, j))
+        counts[lane] = j + 1
+        self.orders[i].append((kind, s, j))
 
     def put_w(self, i: int) -> None:
         if self.next_w[i] >= len(self.pending[i]):
@@ -126,20 +133,27 @@ class _Builder:
     def has_w(self, i: int) -> bool:
         return self.next_w[i] < len(self.pending[i])
 
+    def fits(self, i: int, kind: int, lane: int) -> bool:
+        return self.mem[i] + self.delta[kind][self.stage[i][kind][lane]] <= self.limit
+
     def room_for(self, i: int, kind: int, lane: int) -> None:
         s = self.stage[i][kind][lane]
-        while self.mem[i] + self.delta[kind][s] > self.limit + 1e-9:
+        while self.mem[i] + self.delta[kind][s] > self.limit:
             self.put_w(i)
 
-    def fill_wait(self, i: int, arrival: float | None, fill: bool) -> None:
+    def fill_wait(self, i: int, arrival: float | None, switch: str | None) -> None:
+        """W's that fit before the input arrives; one more when the wait is long (and ``switch`` is on)."""
         if arrival is None:
             return
         arrival += self.comm
         while self.has_w(i) and arrival >= self.cur[i] + self.cost[_W][self.stage[i][_W][self.pending[i][
                 self.next_w[i]]]]:
             self.put_w(i)
-        if self.has_w(i) and arrival - self.cur[i] > self.max_bubble(i) - self.bubble[i] and fill:
-            self.put_w(i)
+        if self.has_w(i) and arrival - self.cur[i] > self.max_bubble(i) - self.bubble[i]:
+            if switch:
+                self.mattered.add(switch)
+            if switch is None or getattr(self, switch):
+                self.put_w(i)
 
     def warm_up(self) -> None:
         d, m = self.d, self.m
@@ -148,7 +162,7 @@ class _Builder:
         for i in range(d - 1, -1, -1):
             if i < d - 1:
                 arrival = self.placed(i + 1, _F, 1, 0) + self.comm
-                while (self.mem[i] + self.f_room * (2 + 2 * i) <= self.limit + 1e-9
+                while (self.mem[i] + self.f_room * (2 + 2 * i) <= self.limit
                        and self.cur[i] + self.cost[_F][i] <= arrival and self.count[i][_F][0] < m - i):
                     for j in range(i + 1):
                         self.put(_F, 0, j)
@@ -158,10 +172,15 @@ class _Builder:
             def behind() -> bool:
                 here, there = self.count[i][_F], self.count[i - 1][_F]
                 return here[0] + here[1] < there[0] + there[1] or here[1] <= there[1] < m
-            while behind():
+            idle_sweeps = 0
+            while behind() and idle_sweeps < 2:
+                # on uneven costs a device may run out of memory before catching up (the reference
+                # would fail there): it then skips, and the steady state takes over
+                idle_sweeps += 1
                 for j in range(d - 1, i - 1, -1):
-                    if self.count[j][_F][lane] < m:
+                    if self.count[j][_F][lane] < m and self.fits(j, _F, lane):
                         self.put(_F, lane, j)
+                        idle_sweeps = 0
                 lane = 1 - lane
 
     def steady(self) -> None:
@@ -181,7 +200,7 @@ class _Builder:
             j = self.count[i][_B][lane]
             src = i + 1 if lane == 1 else i - 1
             arrival = self.placed(src, _B, lane, j) if 0 <= src < d else None
-            self.fill_wait(i, arrival, lane == 1 or self.fill_b)
+            self.fill_wait(i, arrival, None if lane == 1 else "fill_b")
             self.put(_B, lane, i)
         for i in range(d):
             f0, f1 = self.count[i][_F]
@@ -198,7 +217,7 @@ class _Builder:
             self.room_for(i, _F, lane)
             src = i + 1 if lane == 1 else i - 1
             arrival = self.placed(src, _F, lane, self.count[i][_F][lane]) if 0 <= src < d else None
-            self.fill_wait(i, arrival, self.fill_f)
+            self.fill_wait(i, arrival, "fill_f")
             self.put(_F, lane, i)
 
     def build(self) -> VRun:
@@ -214,18 +233,29 @@ class _Builder:
 def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
     """Every run the heuristic makes within ``limit`` per device (those that got stuck left out).
 
+    Each pair of switches starts a chain of runs; a chain whose switches agree with
+    an earlier chain's on every switch that chain consulted repeats it and is skipped.
     The heuristic is defined for two chunks per device: with any other count there are none.
     """
-    runs = []
+    runs: list[VRun] = []
     if problem.chunks != 2 or not problem.split_backward:
         return runs
+    chains: list[tuple[dict[str, bool], set[str]]] = []
     for fill_b, fill_f in itertools.product((True, False), repeat=2):
+        switches = {"fill_b": fill_b, "fill_f": fill_f}
+        if any(all(switches[k] == other[k] for k in used) for other, used in chains):
+            continue
+        consulted: set[str] = set()
+        chains.append((switches, consulted))
         approved = None
         for _ in range(_RERUNS):
+            builder = _Builder(problem, limit, fill_b, fill_f, approved)
             try:
-                run = _Builder(problem, limit, fill_b, fill_f, approved).build()
+                run = builder.build()
             except _Stuck:
                 break
+            finally:
+                consulted |= builder.mattered
             runs.append(run)
             if approved is not None and run.max_bubble >= max(approved):
                 break
@@ -236,4 +266,8 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
 def zbv_orders(problem: Problem, limit: float) -> list[list[Op]] | None:
     """The fastest order the heuristic finds within ``limit`` per device, or None."""
     runs = zbv_runs(problem, limit)
-    return min(runs, key=lambda r: r.makespan).orders if runs else None
+    if not runs:
+        return None
+    best = min(runs, key=lambda r: r.makespan)
+    make = (F, B, W)
+    return [[make[kind](s, j) for kind, s, j in order] for order in best.orders]
