@@ -11,7 +11,9 @@ lean reservations (see :class:`ListPolicy`), which let offloading pay off. Every
 by the simulator; the fastest one within the caps wins. If none fits (a
 simulated offload finishing later than the scheduler assumed), it retries with
 each device's limit lowered by what the simulation overshot, for a few rounds,
-and then refuses with the device and figures that did not fit.
+and then refuses with the device and figures that did not fit. On a V-shape
+with two chunks and a cap it also times the published orders that may fit it
+(the ZB-V heuristic with the cap as its limit, the V-Half and V-Min blocks).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 
 from ppsolve.baselines.common import finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
+from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
@@ -71,6 +75,26 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
     return out
 
 
+def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
+    """Orders of the published V-shape schedules that may fit the caps (V-shape, two chunks, split backward).
+
+    The ZB-V heuristic with the smallest cap as its limit, and the V-Half and
+    V-Min building blocks; each is timed and checked against the caps by the caller.
+    """
+    if problem.placement_name != "vshape" or problem.chunks != 2 or not problem.split_backward:
+        return []
+    out = []
+    limit = min(c for c in caps if c is not None)
+    orders = zbv_orders(problem, limit)
+    if orders is not None:
+        out.append(("zb-v heuristic within the cap", orders))
+    for name, block in (("v-half block", v_half_block), ("v-min block", v_min_block)):
+        orders, peak = pattern_orders(problem, block(problem.devices))
+        if peak * min(problem.activation) <= limit + _TOL:
+            out.append((name, orders))
+    return out
+
+
 def _fits(caps, peaks: list[float]) -> bool:
     return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, caps))
 
@@ -102,11 +126,14 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
         least = min_capacity(problem)
         caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
-    params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
-    if policy.forward_first:
-        params["forward_first"] = True
-    if policy.lean:
-        params["lean"] = True
+    if isinstance(policy, str):
+        params = {"order": policy}
+    else:
+        params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
+        if policy.forward_first:
+            params["forward_first"] = True
+        if policy.lean:
+            params["lean"] = True
     return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
 
 
@@ -141,6 +168,13 @@ def _search(problem: Problem, caps):
             best = (result, policy)
         if best[0][0] <= target:
             break
+    if bounded and small and (best is None or best[0][0] > target):
+        for name, orders in published_orders(problem, caps):
+            ops = simulate(problem, orders)
+            peaks = peak_memory(problem, ops)
+            result = (max(op.end for op in ops), 0.0, orders, {}, ops, peaks)
+            if _fits(caps, peaks) and (best is None or result[:2] < best[0][:2]):
+                best = (result, name)
     if best is None and bounded:
         best = _tighten(problem, policies, caps)
     if best is None:
