@@ -16,6 +16,8 @@ Memory in slot units: F and f hold one activation each until its W.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 
@@ -63,29 +65,6 @@ def _free_slot(out: list[list[int]], waiting: list[int], slot: int) -> None:
             return
 
 
-def _peak(slots: list[list[int]]) -> int:
-    """A device's peak in activations: +1 at F and f, -1 at W (or at each free slot owing a W)."""
-    has_w = len(slots) > 4
-    events = sorted((t, kind) for kind in range(len(slots)) for t in slots[kind])
-    level = peak = owed = 0
-    slot = 0
-    for t, kind in events:
-        if not has_w:
-            gaps = t - slot
-            used = min(gaps, owed)
-            level -= used
-            owed -= used
-        if kind <= _Nf:
-            level += 1
-            peak = max(peak, level)
-        elif kind <= _Nb:
-            owed += 1
-        else:
-            level -= 1
-        slot = t + 1
-    return peak
-
-
 def _heads(slots: list[list[list[int]]]):
     """Every (slot, device, type, microbatch), in the order the reference visits them."""
     return sorted((t, dev, kind, j) for dev, lists in enumerate(slots)
@@ -109,6 +88,55 @@ def _earliest(slots: list[list[list[int]]], dev: int, kind: int, j: int) -> int:
     return need + 1
 
 
+class _Profile:
+    """One device's slots by content (free, allocating F/f, backward B/b, W) and its memory in activations.
+
+    With explicit W's the level after each slot is kept and a move is checked on
+    the slots it spans; without, each free slot settles one owed W, and the peak
+    is recomputed (a queue: W's settled by slot t = free(t) + min(0, min over s <= t of
+    backwards(s) - free(s))).
+    """
+
+    _FREE, _ALLOC, _BACK, _W = 0, 1, 2, 3
+
+    def __init__(self, lists: list[list[int]], size: int, with_w: bool):
+        self.content = np.zeros(size, dtype=np.int8)
+        for kind, times in enumerate(lists):
+            self.content[times] = self._ALLOC if kind <= _Nf else self._BACK if kind <= _Nb else self._W
+        self.with_w = with_w
+        if with_w:
+            self.level = np.cumsum((self.content == self._ALLOC).astype(np.int32)
+                                   - (self.content == self._W).astype(np.int32))
+
+    def peak(self) -> int:
+        if self.with_w:
+            return max(int(self.level.max()), 0)
+        content = self.content
+        free = np.cumsum(content == self._FREE)
+        owed = np.cumsum(content == self._BACK) - free
+        settled = free + np.minimum(np.minimum.accumulate(owed), 0)
+        return max(int((np.cumsum(content == self._ALLOC) - settled).max()), 0)
+
+    def move(self, kind: int, start: int, to: int, limit: int) -> bool:
+        """Move the op of ``kind`` at slot ``start`` to the free slot ``to`` if the peak stays within ``limit``."""
+        code = self._ALLOC if kind <= _Nf else self._BACK if kind <= _Nb else self._W
+        content = self.content
+        if self.with_w:
+            if code == self._ALLOC:
+                if self.level[to:start].max() + 1 > limit:
+                    return False
+                self.level[to:start] += 1
+            elif code == self._W:
+                self.level[to:start] -= 1
+            content[start], content[to] = self._FREE, code
+            return True
+        content[start], content[to] = self._FREE, code
+        if self.peak() <= limit:
+            return True
+        content[start], content[to] = code, self._FREE
+        return False
+
+
 def _squeeze(slots: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]:
     """Move ops to earlier free slots without raising the highest device peak, then pack on unit costs.
 
@@ -118,7 +146,9 @@ def _squeeze(slots: list[list[list[int]]], with_w: bool) -> list[list[list[int]]
     if with_w:
         slots = [_with_w(lists) for lists in slots]
     slots = [[list(times) for times in lists] for lists in slots]
-    limit = max(_peak(lists) for lists in slots)
+    size = 2 + max(max(times[-1] for times in lists) for lists in slots)
+    profiles = [_Profile(lists, size, with_w) for lists in slots]
+    limit = max(profile.peak() for profile in profiles)
     occupied = [set() for _ in slots]
     phase = 0
     last = len(slots[0][_NF]) - 1
@@ -133,16 +163,12 @@ def _squeeze(slots: list[list[list[int]]], with_w: bool) -> list[list[list[int]]
         if phase == 0 and not with_w:
             occupied[dev].add(t)
             continue
-        lists = slots[dev][kind]
+        taken = occupied[dev]
         for earlier in range(_earliest(slots, dev, kind, j), t):
-            if earlier in occupied[dev]:
-                continue
-            lists[j] = earlier
-            if _peak(slots[dev]) <= limit:
+            if earlier not in taken and profiles[dev].move(kind, t, earlier, limit):
+                slots[dev][kind][j] = earlier
                 break
-        else:
-            lists[j] = t
-        occupied[dev].add(lists[j])
+        taken.add(slots[dev][kind][j])
     if not with_w:
         slots = [_with_w(lists) for lists in slots]
     return _unit_starts(slots)
@@ -157,22 +183,23 @@ def _unit_starts(slots: list[list[list[int]]]) -> list[list[list[int]]]:
 def _eager(slots: list[list[list[int]]], cost: list[float], comm: float):
     """(per-device order, start times) when ops run in slot order, each as soon as it can."""
     d = len(slots)
-    ends: dict[tuple[int, int, int], float] = {}
+    ends = [[[0.0] * len(times) for times in lists] for lists in slots]
+    starts = [[[0.0] * len(times) for times in lists] for lists in slots]
     free = [0.0] * d
     order: list[list[tuple[int, int]]] = [[] for _ in range(d)]
-    starts = [[[0.0] * len(times) for times in lists] for lists in slots]
     for _, dev, kind, j in _heads(slots):
+        mine = ends[dev]
         ready = free[dev]
-        if kind in (_NF, _NB) and dev > 0:
-            ready = max(ready, ends[(dev - 1, kind, j)] + comm)
-        if kind in (_Nf, _Nb) and dev + 1 < d:
-            ready = max(ready, ends[(dev + 1, kind, j)] + comm)
-        if 0 < kind < _NW:
-            ready = max(ready, ends[(dev, kind - 1, j)])
-        if j > 0:
-            ready = max(ready, ends[(dev, kind, j - 1)])
+        if kind < _NW:
+            src = dev - 1 if kind in (_NF, _NB) else dev + 1
+            if 0 <= src < d:
+                ready = max(ready, ends[src][kind][j] + comm)
+            if kind:
+                ready = max(ready, mine[kind - 1][j])
+        if j:
+            ready = max(ready, mine[kind][j - 1])
         starts[dev][kind][j] = ready
-        free[dev] = ends[(dev, kind, j)] = ready + cost[kind]
+        free[dev] = mine[kind][j] = ready + cost[kind]
         order[dev].append((kind, j))
     return order, starts
 
@@ -183,7 +210,8 @@ def pattern_orders(problem: Problem, block: list[list[int]]) -> tuple[list[list[
     slots = [[list(range(x, x + _PERIOD * m, _PERIOD)) for x in offsets] for offsets in block]
     slots = _squeeze(slots, with_w=True)
     slots = _squeeze(slots, with_w=False)
-    peak = max(_peak(lists) for lists in slots)
+    size = 2 + max(max(times[-1] for times in lists) for lists in slots)
+    peak = max(_Profile(lists, size, with_w=False).peak() for lists in slots)
     order, _ = _eager([_with_w(lists, split=True) for lists in slots], [1.0] * 6, 0.0)
     orders = []
     for i, seq in enumerate(order):
