@@ -20,10 +20,12 @@ searches it, written anew. A device row is a string of unit slots holding
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
 
 from ppsolve.ops import B, F, W, Op
+from ppsolve.problem import Problem
 
 _SIZE = 6
 _IDS = "FfBbWw"
@@ -35,18 +37,12 @@ class _Invalid(Exception):
     """A block whose rows break a rule of the framework."""
 
 
+_DELTA = {"F": 1, "f": 1, "W": -1, "w": -1, "B": 0, "b": 0, " ": 0}
+
+
 def _peaks(rows: list[list[str]]) -> list[int]:
-    out = []
-    for row in rows:
-        level = peak = 0
-        for c in row:
-            if c in "Ff":
-                level += 1
-                peak = max(peak, level)
-            elif c in "Ww":
-                level -= 1
-        out.append(peak)
-    return out
+    """Each device's peak: stage activations held from F (or f) to its W (or w)."""
+    return [max(0, max(itertools.accumulate(map(_DELTA.__getitem__, row)), default=0)) for row in rows]
 
 
 def _fill_w(pattern: list[int]) -> list[int]:
@@ -88,9 +84,10 @@ def _repeat(p: int, m: int, block: list[list[int]]) -> list[list[str]]:
 
 
 def _clear_from(row: list[str], pos: int, step: int) -> None:
-    while 0 <= pos < len(row):
-        row[pos] = " "
-        pos += step * _SIZE
+    """Blank ``row[pos]`` and every block's same slot from there on in direction ``step``."""
+    if 0 <= pos < len(row):
+        cells = range(pos, -1, -_SIZE) if step < 0 else range(pos, len(row), _SIZE)
+        row[pos::step * _SIZE] = [" "] * len(cells)
 
 
 def _keep_m(rows: list[list[str]], m: int) -> None:
@@ -116,32 +113,32 @@ def _keep_m(rows: list[list[str]], m: int) -> None:
 
 
 def _squeeze(rows: list[list[str]]) -> list[list[str]]:
-    """Each op as early as its inputs allow, keeping every device's order (unit slots)."""
+    """Each op as early as its inputs allow, keeping every device's order (unit slots).
+
+    Column by column: first the upward ops (F, B, W) from device 0 up, then the
+    downward ones (f, b, w) from the last device down.
+    """
     p = len(rows)
     width = len(rows[0])
+    cells = sorted((j, c not in "FBW", i if c in "FBW" else -i, i, c)
+                   for i, row in enumerate(rows) for j, c in enumerate(row) if c != " ")
     out = [[" "] * width for _ in range(p)]
     count = [dict.fromkeys(_IDS, 0) for _ in range(p)]
     where: dict[tuple[int, int, str], int] = {}
     nxt = [0] * p
-    for j in range(width):
-        for upward in (True, False):
-            for i in (range(p) if upward else range(p - 1, -1, -1)):
-                ident = rows[i][j]
-                if ident == " " or (ident in "FBW") != upward:
-                    continue
-                c = count[i][ident]
-                if ident in "Ww" or (i == 0 and ident in "FB") or (i == p - 1 and ident in "fb"):
-                    at = nxt[i]
-                else:
-                    src = i - 1 if ident in "FB" else i + 1
-                    before = where.get((c, src, ident))
-                    if before is None:
-                        raise _Invalid
-                    at = max(before + 1, nxt[i])
-                out[i][at] = ident
-                count[i][ident] = c + 1
-                where[(c, i, ident)] = at
-                nxt[i] = at + 1
+    for _, _, _, i, ident in cells:
+        c = count[i][ident]
+        if ident in "Ww" or (i == 0 and ident in "FB") or (i == p - 1 and ident in "fb"):
+            at = nxt[i]
+        else:
+            before = where.get((c, i - 1 if ident in "FB" else i + 1, ident))
+            if before is None:
+                raise _Invalid
+            at = max(before + 1, nxt[i])
+        out[i][at] = ident
+        count[i][ident] = c + 1
+        where[(c, i, ident)] = at
+        nxt[i] = at + 1
     width = max(nxt)
     return [row[:width] for row in out]
 
@@ -292,7 +289,11 @@ def _fill_gaps(rows: list[list[str]]) -> None:
     p = len(rows)
     peak = max(_peaks(rows))
     width = len(rows[0])
-    last = [{c: max((j for j, x in enumerate(row) if x == c), default=-1) for c in _IDS} for row in rows]
+    last = [dict.fromkeys(_IDS, -1) for _ in rows]
+    for i, row in enumerate(rows):
+        for j, c in enumerate(row):
+            if c != " ":
+                last[i][c] = j
     level = [0] * p
     count = [dict.fromkeys(_IDS, 0) for _ in range(p)]
     where: dict[tuple[int, int, str], int] = {}
@@ -354,8 +355,11 @@ def _relabel_w(rows: list[list[str]], m: int) -> None:
                 row[j] = queue.popleft()
 
 
-def _rows_for(p: int, m: int, block: list[list[int]], limit: int) -> tuple[list[list[str]] | None, int]:
-    """The block's rows for m microbatches (None if it breaks a rule or the limit), and its peak."""
+def _rows_for(p: int, m: int, block: list[list[int]], limit: int, memo: dict) -> tuple[list[list[str]] | None, int]:
+    """The block's rows for m microbatches (None if it breaks a rule or the limit), and its peak.
+
+    ``memo`` maps squeezed repeated rows to their outcome: blocks that squeeze alike end alike.
+    """
     spare = max(m, 2 * p)
     rows = _repeat(p, spare, block)
     try:
@@ -367,6 +371,17 @@ def _rows_for(p: int, m: int, block: list[list[int]], limit: int) -> tuple[list[
         return None, first_peak
     try:
         rows = _squeeze(rows)
+        key = (tuple("".join(r) for r in rows), first_peak)
+        if key not in memo:
+            memo[key] = _finish_rows(rows, p, m, spare, limit, first_peak)
+        return memo[key]
+    except (_Invalid, IndexError):
+        return None, first_peak
+
+
+def _finish_rows(rows, p: int, m: int, spare: int, limit: int, first_peak: int):
+    """Warm-up, cut to m, cool-down, gap filling: (rows or None, peak)."""
+    try:
         _rebuild_warm_up(rows, spare)
         rows = _squeeze(rows)
         peak = max(_peaks(rows))
@@ -389,7 +404,8 @@ def _rows_for(p: int, m: int, block: list[list[int]], limit: int) -> tuple[list[
     return (rows if peak <= first_peak else None), peak
 
 
-def _orders(rows: list[list[str]]) -> list[list[Op]]:
+def orders_of(rows: list[list[str]]) -> list[list[Op]]:
+    """Per-device op orders of a block's rows."""
     d = len(rows)
     out = []
     for i, row in enumerate(rows):
@@ -406,12 +422,56 @@ def _orders(rows: list[list[str]]) -> list[list[Op]]:
     return out
 
 
-def block_orders(d: int, m: int, limit: int) -> list[list[list[Op]]]:
-    """Per-device orders of every building block whose peak is within ``limit`` stage activations."""
+def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]:
+    """(makespan, peak memory per device) of the rows on the problem's real costs.
+
+    Every input of an op sits in an earlier column, so one pass in column order
+    times each op as soon as its device and inputs allow, as the simulator does.
+    """
+    d = len(rows)
+    width = len(rows[0])
+    comm = problem.p2p
+    cost = {"F": problem.forward, "B": problem.backward_input, "W": problem.backward_weight}
+    act, hold = problem.activation, problem.weight_hold
+    stage = {"F": lambda i: i, "f": lambda i: 2 * d - 1 - i, "B": lambda i: 2 * d - 1 - i,
+             "b": lambda i: i, "W": lambda i: 2 * d - 1 - i, "w": lambda i: i}
+    ends: dict[tuple[str, int], list[float]] = {(c, i): [] for c in _IDS for i in range(d)}
+    free = [0.0] * d
+    level = [0.0] * d
+    peak = [0.0] * d
+    for j in range(width):
+        for i in range(d):
+            c = rows[i][j]
+            if c == " ":
+                continue
+            s = stage[c](i)
+            n = len(ends[(c, i)])
+            ready = free[i]
+            if c in "FB" and i > 0:
+                ready = max(ready, ends[(c, i - 1)][n] + comm)
+            elif c in "fb" and i + 1 < d:
+                ready = max(ready, ends[(c, i + 1)][n] + comm)
+            kind = c.upper()
+            free[i] = ready + cost[kind][s]
+            ends[(c, i)].append(free[i])
+            if kind == "F":
+                level[i] += act[s]
+                peak[i] = max(peak[i], level[i])
+            elif kind == "B":
+                level[i] -= act[s] - hold[s]
+            else:
+                level[i] -= hold[s]
+    return max(free), peak
+
+
+@functools.lru_cache(maxsize=64)
+def block_rows(d: int, m: int, limit: int) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """The rows of every building block whose peak is within ``limit`` stage activations (cached)."""
     limit = min(limit, 2 * d)
     firsts = [_fill_w([0, ff, b, bb, -1, -1])
               for ff, b, bb in itertools.permutations(range(1, _SIZE), 3)]
-    found: dict[tuple, list[list[Op]]] = {}
+    found: dict[tuple, list[list[str]]] = {}
+    memo: dict = {}
     for first in firsts:
         for i0 in range(len(_OFFSETS)):
             for i1 in range(i0 + 1):
@@ -419,9 +479,9 @@ def block_orders(d: int, m: int, limit: int) -> list[list[list[Op]]]:
                     block = _block(list(first), _OFFSETS[i0], _OFFSETS[i1], len0, d)
                     if block is None:
                         continue
-                    rows, peak = _rows_for(d, m, block, limit)
+                    rows, peak = _rows_for(d, m, block, limit, memo)
                     if peak > limit:
                         break
                     if rows is not None:
-                        found.setdefault(tuple("".join(r) for r in rows), _orders(rows))
-    return list(found.values())
+                        found.setdefault(tuple("".join(r) for r in rows), rows)
+    return tuple(tuple(tuple(r) for r in rows) for rows in found.values())
