@@ -13,7 +13,8 @@ simulated offload finishing later than the scheduler assumed), it retries with
 each device's limit lowered by what the simulation overshot, for a few rounds,
 and then refuses with the device and figures that did not fit. On a V-shape
 with two chunks and a cap it also times the published orders that may fit it
-(the ZB-V heuristic with the cap as its limit, the V-Half and V-Min blocks).
+(the ZB-V heuristic with the cap as its limit, the V-Half and V-Min blocks,
+and on small problems the best block of the building-block search within the cap).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 
 from ppsolve.baselines.common import finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
@@ -36,6 +38,8 @@ from ppsolve.simulator import simulate
 _TOL = 1e-9
 # below this many compute ops, also try the forward-first variant (it costs one more simulation)
 SMALL = 20000
+# the building-block search runs while d * max(m, 2d) is at most this (its rows grow with both)
+BLOCK_SEARCH_SIZE = 256
 
 
 def estimated_wait(problem: Problem, stage: int) -> float:
@@ -78,8 +82,9 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
 def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
     """Orders of the published V-shape schedules that may fit the caps (V-shape, two chunks, split backward).
 
-    The ZB-V heuristic with the smallest cap as its limit, and the V-Half and
-    V-Min building blocks; each is timed and checked against the caps by the caller.
+    The ZB-V heuristic with the smallest cap as its limit, the V-Half and V-Min
+    blocks, and (up to BLOCK_SEARCH_SIZE) the fastest block of the building-block
+    search that fits; each is timed and checked against the caps by the caller.
     """
     if problem.placement_name != "vshape" or problem.chunks != 2 or not problem.split_backward:
         return []
@@ -92,6 +97,14 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
         orders, peak = pattern_orders(problem, block(problem.devices))
         if peak * min(problem.activation) <= limit + _TOL:
             out.append((name, orders))
+    if problem.devices * max(problem.microbatches, 2 * problem.devices) <= BLOCK_SEARCH_SIZE:
+        best = None
+        for rows in block_rows(problem.devices, problem.microbatches, int(limit / min(problem.activation) + _TOL)):
+            makespan, peaks = timing(problem, rows)
+            if _fits(caps, peaks) and (best is None or makespan < best[0]):
+                best = (makespan, rows)
+        if best is not None:
+            out.append(("building-block search", orders_of(best[1])))
     return out
 
 
