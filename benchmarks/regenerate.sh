@@ -13,4 +13,5 @@ $PY -m ppsolve plot docs/example/schedules/vsh2-d8-m16-split-cap1/zb-v.json -o d
 $PY -m ppsolve solve instances/example.json -o docs/example/example-cpsat.json --time-limit 30 --threads 1 --seed 0 --quiet
 $PY -m ppsolve plot docs/example/example-cpsat.json -o docs/images/gantt-example-cpsat.png
 $PY benchmarks/cpsat_model_size.py --time-limit 10 --out docs/bench/cpsat_model_size.json --before docs/bench/cpsat_model_size_v1.json --section docs/bench/sections/20-contract-v2-cpsat.md
+$PY benchmarks/reference.py --reference ../shared/reference --benchmarks ""
 $PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --out BENCHMARKS.md

@@ -87,10 +87,20 @@ class MethodSummary:
     unanswered: int
 
 
+# the order methods are listed in: the published schedules, then the building-block search by limit
+_ORDER = ("1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min")
+
+
+def _method_key(method: str) -> tuple:
+    if method.startswith("block:"):
+        return (len(_ORDER), int(method.split(":")[1]))
+    return (_ORDER.index(method) if method in _ORDER else len(_ORDER) + 1, 0)
+
+
 def summary(results: list[CaseResult]) -> list[MethodSummary]:
-    """Per reference method, in first-seen order."""
+    """Per reference method: the published schedules, then block:L by L."""
     out = []
-    for method in dict.fromkeys(r.case.method for r in results):
+    for method in sorted(dict.fromkeys(r.case.method for r in results), key=_method_key):
         rows = [r for r in results if r.case.method == method]
         ratios = [r.ratio for r in rows if r.ratio is not None]
         geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
