@@ -24,6 +24,9 @@ from ppsolve.simulator import simulate
 
 Orders = list[list[Op]]
 
+# problems with at most this many compute ops are "small": methods may afford more candidates there
+SMALL_OPS = 20000
+
 
 @dataclass(frozen=True)
 class Requirement:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from ppsolve.baselines.common import finish
+from ppsolve.baselines.common import SMALL_OPS, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
@@ -36,8 +36,6 @@ from ppsolve.schedule import Schedule
 from ppsolve.simulator import simulate
 
 _TOL = 1e-9
-# below this many compute ops, also try the forward-first variant (it costs one more simulation)
-SMALL = 20000
 # the building-block search runs while d * max(m, 2d) is at most this (its rows grow with both)
 BLOCK_SEARCH_SIZE = 256
 
@@ -155,7 +153,7 @@ def _search(problem: Problem, caps):
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
     target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
-    small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL
+    small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL_OPS  # more candidates
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and small:
         policies.append(ListPolicy(limit=caps, forward_first=True))

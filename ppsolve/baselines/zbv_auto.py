@@ -20,6 +20,8 @@ activations for ZB-V). Ops are timed as they are placed:
 Variants: two switches (fill the wait before a chunk-0 backward, before a
 forward) and, as in the reference, a rerun that accepts each device's idle time
 of the previous run while that lowers the largest one. The fastest order wins.
+On large problems (over ``SMALL_OPS`` compute ops) a run stops, ending its
+chain of reruns, once it is already slower than the fastest one found.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ppsolve.baselines.common import SMALL_OPS
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 
@@ -146,10 +149,10 @@ class _Builder:
         if arrival is None:
             return
         arrival += self.comm
-        while self.has_w(i) and arrival >= self.cur[i] + self.cost[_W][self.stage[i][_W][self.pending[i][
-                self.next_w[i]]]]:
+        pending, w_cost, w_stage, cur = self.pending[i], self.cost[_W], self.stage[i][_W], self.cur
+        while self.next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[self.next_w[i]]]]:
             self.put_w(i)
-        if self.has_w(i) and arrival - self.cur[i] > self.max_bubble(i) - self.bubble[i]:
+        if self.next_w[i] < len(pending) and arrival - cur[i] > self.max_bubble(i) - self.bubble[i]:
             if switch:
                 self.mattered.add(switch)
             if switch is None or getattr(self, switch):
@@ -241,6 +244,8 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
     if problem.chunks != 2 or not problem.split_backward:
         return runs
     chains: list[tuple[dict[str, bool], set[str]]] = []
+    # past SMALL_OPS a run stops once it is slower than the fastest so far (ending its chain)
+    prune = 3 * problem.num_stages * problem.microbatches > SMALL_OPS
     for fill_b, fill_f in itertools.product((True, False), repeat=2):
         switches = {"fill_b": fill_b, "fill_f": fill_f}
         if any(all(switches[k] == other[k] for k in used) for other, used in chains):
@@ -249,7 +254,8 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
         chains.append((switches, consulted))
         approved = None
         for _ in range(_RERUNS):
-            builder = _Builder(problem, limit, fill_b, fill_f, approved)
+            give_up = min((r.makespan for r in runs), default=float("inf")) if prune else float("inf")
+            builder = _Builder(problem, limit, fill_b, fill_f, approved, give_up)
             try:
                 run = builder.build()
             except _Stuck:
