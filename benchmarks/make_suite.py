@@ -48,6 +48,7 @@ class Spec:
     link_size: int = 1
     duplex: bool = True
     tags: tuple[str, ...] = field(default_factory=tuple)
+    k_basis: str = "FBW"  # k's denominator: the stage's F+B+W (this suite) or F+B (PipeOffload's k)
 
     @property
     def name(self) -> str:
@@ -114,7 +115,9 @@ def build(spec: Spec) -> dict:
     if spec.k is not None:
         # Slowest stage sets the link speed: k = (a/d2h + a/h2d) / (F+B+W) with d2h = h2d.
         heavy = max(range(len(act)), key=lambda s: act[s])
-        work = costs["forward"][heavy] + costs["backward_input"][heavy] + costs["backward_weight"][heavy]
+        work = costs["forward"][heavy] + costs["backward_input"][heavy]
+        if spec.k_basis == "FBW":
+            work += costs["backward_weight"][heavy]
         bandwidth = round(2 * act[heavy] / (spec.k * work), 6)
         offload = {"fraction": spec.fraction, "bandwidth": {"d2h": bandwidth, "h2d": bandwidth},
                    "duplex": spec.duplex}
@@ -123,6 +126,8 @@ def build(spec: Spec) -> dict:
                                 for i in range(0, spec.devices, spec.link_size)]
         data["offload"] = offload
         note["k"] = spec.k
+        if spec.k_basis != "FBW":
+            note["k_basis"] = spec.k_basis
     data["x-suite"] = note
     return data
 

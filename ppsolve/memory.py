@@ -8,6 +8,16 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
 
+# Per kind: (time, 0 for a release / 1 for an allocation, signed amount) of the one memory event of an op.
+_EVENT = {
+    OpKind.F: lambda p, op: (op.start, 1, p.activation[op.stage]),
+    OpKind.RELOAD: lambda p, op: (op.start, 1, op.amount),
+    OpKind.OFFLOAD: lambda p, op: (op.end, 0, -op.amount),
+    OpKind.B: lambda p, op: (op.end, 0, -p.released_by(OpKind.B, op.stage)),
+    OpKind.W: lambda p, op: (op.end, 0, -p.released_by(OpKind.W, op.stage)),
+}
+
+
 def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, float]]]:
     """Per device, the (time, delta) events of its activation memory, in the order they count.
 
@@ -18,18 +28,13 @@ def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, flo
     """
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(problem.devices)]
     for op in ops:
-        kind = op.kind
-        device = problem.placement[op.stage]
-        if kind is OpKind.F:
-            events[device].append((op.start, 1, problem.activation[op.stage]))
-        elif kind is OpKind.RELOAD:
-            events[device].append((op.start, 1, op.amount))
-        elif kind is OpKind.OFFLOAD:
-            events[device].append((op.end, 0, -op.amount))
-        else:
-            released = problem.released_by(kind, op.stage)
-            if released:
-                events[device].append((op.end, 0, -released))
+        try:
+            event = _EVENT[op.kind]
+        except KeyError:
+            raise ValueError(f"no memory rule for op kind {op.kind!r}") from None
+        time, order, delta = event(problem, op)
+        if delta:
+            events[problem.placement[op.stage]].append((time, order, delta))
     out = []
     for device_events in events:
         device_events.sort(key=lambda e: (e[0], e[1]))

@@ -155,7 +155,7 @@ class Problem:
             return self.activation[stage] - (self.weight_hold[stage] if self.split_backward else 0.0)
         if kind is OpKind.W:
             return self.weight_hold[stage]
-        return 0.0
+        raise ValueError(f"only B and W release memory at their end, not {kind!r}")
 
     def max_offload(self, stage: int) -> float:
         """The most of one activation of ``stage`` that may go to host memory."""

@@ -76,16 +76,16 @@ def forwards_wait_for_offloads(orders: Orders) -> dict[Op, list[Op]]:
 
 def retime(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledOp]:
     """Re-time a timed schedule as SPEC.md's runtime (contract version 2) would execute it."""
-    issue = sorted(range(len(ops)), key=lambda i: issue_key(problem, ops[i]))
+    issued = issue_order(problem, ops)
     orders: list[list[Op]] = [[] for _ in range(problem.devices)]
-    for i in issue:
-        orders[ops[i].device].append(ops[i].op)
+    for op in issued:
+        orders[op.device].append(op.op)
     amounts = {(op.stage, op.microbatch): op.amount for op in ops if op.kind is _OFF}
     for op in ops:
         if op.kind is _REL:
             amounts.setdefault((op.stage, op.microbatch), op.amount)
     engine = _Engine(problem, orders, amounts, where="schedule.ops", devices_from_ops=True)
-    engine.add_runtime_edges([ops[i] for i in issue])
+    engine.add_runtime_edges(issued)
     return engine.run(dynamic_lanes=False)
 
 
@@ -97,6 +97,59 @@ def issue_key(problem: Problem, op: ScheduledOp) -> tuple:
     """
     return (op.start, op.end > op.start, op.kind.is_compute, depth(problem, op.kind, op.stage),
             op.microbatch, op.stage)
+
+
+def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledOp]:
+    """``ops`` (one device's, or all of them) in the order a runtime issues them (:func:`issue_key`)."""
+    return sorted(ops, key=lambda op: issue_key(problem, op))
+
+
+def runtime_lane(problem: Problem, op: ScheduledOp) -> tuple:
+    """The lane an action runs on: its device's compute lane, or a host-link lane (shared by the
+    devices of the link, one for both directions on a half-duplex link)."""
+    if op.kind.is_compute:
+        return ("compute", op.device)
+    return ("link", problem.lane(op.device, op.kind))
+
+
+def device_waits(problem: Problem, issued: Sequence[ScheduledOp]) -> list[list[int]]:
+    """Contract version 2's waits on other actions of the same device, for timed actions in issue order.
+
+    ``issued`` holds the actions of one device or of several, sorted by :func:`issue_key`. The
+    result has, for each of them, the indices (into ``issued``) of the actions of its own device
+    it waits for besides its data and the action before it on its lane: on each other lane of
+    its device, the last action (in lane order) whose planned end is at or before its planned
+    start. Lane order keeps a lane's actions in sequence, so waiting for that one covers every
+    earlier one, and this is exactly "every action of its own device whose planned end is at or
+    before this action's planned start" (on its own lane the lane order already does it).
+    Every index is smaller than the waiting action's: what ends by an action's start is issued
+    before it. The simulator's re-timing and the executor both read this.
+    """
+    # per device and lane: its actions in lane order, with their planned ends
+    lanes: dict[tuple[int, tuple], tuple[list[float], list[int]]] = {}
+    lane_of = []
+    for i, op in enumerate(issued):
+        lane = runtime_lane(problem, op)
+        lane_of.append(lane)
+        ends, members = lanes.setdefault((op.device, lane), ([], []))
+        ends.append(op.end)
+        members.append(i)
+    by_device: dict[int, list[tuple]] = {}
+    for device, lane in lanes:
+        by_device.setdefault(device, []).append(lane)
+    waits: list[list[int]] = []
+    for v, op in enumerate(issued):
+        mine = []
+        for lane in by_device[op.device]:
+            if lane == lane_of[v]:
+                continue
+            ends, members = lanes[(op.device, lane)]
+            # planned ends along a lane are non-decreasing in a valid schedule
+            at = bisect_right(ends, op.start) - 1
+            if at >= 0:
+                mine.append(members[at])
+        waits.append(mine)
+    return waits
 
 
 class _Engine:
@@ -230,45 +283,18 @@ class _Engine:
                 self._edge(u, v)
 
     def add_runtime_edges(self, issued: Sequence[ScheduledOp]) -> None:
-        """Contract version 2's runtime waits for a timed schedule, given in issue order.
-
-        Lanes serve their actions in issue order. An action waits for every action of its
-        own device whose planned end is at or before its planned start: per lane of the
-        device, the last such action in lane order covers the others (lane order keeps
-        them in sequence), so one edge per lane suffices.
-        """
-        problem = self.problem
-        lane_of = {}
-        lanes: dict[tuple, list[int]] = {}
-        for op in issued:
-            i = self.index_of(op.op)
-            key = ("compute", op.device) if op.kind.is_compute else ("link", problem.lane(op.device, op.kind))
-            lane_of[i] = key
-            lanes.setdefault(key, []).append(i)
-        for members in lanes.values():
-            for u, v in zip(members, members[1:]):
-                self._edge(u, v)
-        # per device and lane: its actions (in lane order) with their planned ends
-        mine: dict[tuple, tuple[list[float], list[int]]] = {}
-        for op in issued:
-            i = self.index_of(op.op)
-            ends, members = mine.setdefault((op.device, lane_of[i]), ([], []))
-            ends.append(op.end)
-            members.append(i)
-        by_device: dict[int, list[tuple]] = {}
-        for device, key in mine:
-            by_device.setdefault(device, []).append(key)
-        for op in issued:
-            v = self.index_of(op.op)
-            for key in by_device[op.device]:
-                if key == lane_of[v]:
-                    continue  # on its own lane, the lane order already puts it after those
-                ends, members = mine[(op.device, key)]
-                # planned ends along a lane are non-decreasing in a valid schedule: the last
-                # action ending at or before this one's start
-                at = bisect_right(ends, op.start) - 1
-                if at >= 0:
-                    self._edge(members[at], v)
+        """Contract version 2's runtime for a timed schedule, given in issue order: each lane serves
+        its actions in issue order, and each action waits for its :func:`device_waits`."""
+        index = [self.index_of(op.op) for op in issued]
+        lanes: dict[tuple, int] = {}
+        for i, op in zip(index, issued):
+            lane = runtime_lane(self.problem, op)
+            if lane in lanes:
+                self._edge(lanes[lane], i)
+            lanes[lane] = i
+        for v, awaited in enumerate(device_waits(self.problem, issued)):
+            for u in awaited:
+                self._edge(index[u], index[v])
 
     def run(self, dynamic_lanes: bool) -> list[ScheduledOp]:
         n = len(self.ops)

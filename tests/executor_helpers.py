@@ -8,21 +8,22 @@ from pathlib import Path
 from ppsolve.ops import B, F, OFFLOAD, RELOAD, W, Op
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
-from ppsolve.simulator import simulate
+from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from tests.helpers import one_f_one_b_orders
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 
 
 def problem(devices: int, microbatches: int, chunks: int = 1, placement: str = "linear", split: bool = True,
-            offload: bool = False, **times):
+            offload: bool = False, duplex: bool = True, bandwidth: float = 100, **times):
     data = {"format": "ppsolve/problem@1", "devices": devices, "microbatches": microbatches, "chunks": chunks,
             "placement": placement, "backward": "split" if split else "fused",
             "time": {"forward": times.get("f", 1), "backward_input": times.get("b", 1),
                      "backward_weight": times.get("w", 1), "p2p": 0},
             "memory": {"activation": 1, "weight_hold": 1 if split else 0, "capacity": None}}
     if offload:
-        data["offload"] = {"bandwidth": {"d2h": 100, "h2d": 100}}
+        data["offload"] = {"bandwidth": {"d2h": bandwidth, "h2d": bandwidth}, "duplex": duplex}
     return problem_from_dict(data)
 
 
@@ -60,8 +61,20 @@ def add_offload(prob, orders, pairs) -> list[list[Op]]:
     return out
 
 
-def make(prob, orders, name: str) -> Schedule:
-    return make_schedule(prob, simulate(prob, orders), name)
+def make(prob, orders, name: str, waits=None) -> Schedule:
+    return make_schedule(prob, simulate(prob, orders, waits=waits), name)
+
+
+def full_offload_1f1b(devices: int, microbatches: int, duplex: bool = True, wait: bool = True,
+                      bandwidth: float = 2) -> Schedule:
+    """Linear 1F1B with every activation but the last stage's offloaded right after its F and
+    reloaded right before its B (PipeOffload's full offload); with ``wait`` each forward waits
+    for the offloads listed before it (contract version 2). F = B = W = 1, transfers 1 / bandwidth."""
+    prob = problem(devices, microbatches, offload=True, duplex=duplex, bandwidth=bandwidth)
+    orders = one_f_one_b_orders(prob)
+    pairs = {(s, j) for s in range(devices - 1) for j in range(microbatches)}
+    full = add_offload(prob, orders, pairs)
+    return make(prob, full, "1f1b-full-offload", waits=forwards_wait_for_offloads(full) if wait else None)
 
 
 def run_schedule_and_compare(schedule: Schedule, model_path, ranks: int | None = None, runtime: str = "ppsolve",

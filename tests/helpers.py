@@ -77,3 +77,35 @@ def one_f_one_b_orders(problem: Problem) -> list[list[Op]]:
 
 def schedule_from_orders(problem: Problem, orders, name: str = "test", amounts=None) -> Schedule:
     return make_schedule(problem, simulate(problem, orders, amounts), name)
+
+
+def assert_waits_follow_the_contract(problem: Problem, issued, waits) -> None:
+    """Contract version 2's waits written out, against ``waits`` in ``device_waits``' form.
+
+    For each action of ``issued`` (timed, in issue order): it waits only for earlier actions of
+    its own device planned to end by its planned start, at most one per other lane; and those,
+    with the earlier actions of its device on each lane they (or it) are on, cover every action of
+    its device planned to end by its start (on its own lane: before it in lane order). Lanes are SPEC.md's: the device's compute lane, and
+    the host-link lanes (one for both directions on a half-duplex link).
+    """
+    lanes = [("compute", op.device) if op.kind.is_compute else ("link", problem.lane(op.device, op.kind))
+             for op in issued]
+
+    def up_to(w: int, device: int) -> set[int]:
+        return {u for u in range(w + 1) if lanes[u] == lanes[w] and issued[u].device == device}
+
+    for v, op in enumerate(issued):
+        # on its own lane the lane order rules: two zero-duration ops at one instant end by each
+        # other's start, and the later one waits for the earlier one only
+        due = {u for u, other in enumerate(issued)
+               if u != v and other.device == op.device and other.end <= op.start
+               and (lanes[u] != lanes[v] or u < v)}
+        awaited = list(waits[v])
+        assert set(awaited) <= due, (op, [issued[u] for u in set(awaited) - due])
+        assert all(u < v for u in awaited), (op, awaited)
+        on = [lanes[u] for u in awaited]
+        assert len(set(on)) == len(on) and lanes[v] not in on, (op, on)
+        covered = up_to(v, op.device) - {v}
+        for w in awaited:
+            covered |= up_to(w, op.device)
+        assert due <= covered, (op, [issued[u] for u in due - covered])

@@ -12,8 +12,8 @@ from ppsolve.checker import check
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import make_schedule
-from ppsolve.simulator import retime, simulate
-from tests.helpers import serial_orders
+from ppsolve.simulator import device_waits, issue_order, retime, simulate
+from tests.helpers import assert_waits_follow_the_contract, serial_orders
 
 
 @st.composite
@@ -241,3 +241,20 @@ def test_retiming_a_valid_plan_is_never_later_nor_higher(problem, seed):
             if x.device == y.device and x.end <= y.start:
                 assert retimed[x.op].end <= retimed[y.op].start + 1e-9, (x, y, retimed[x.op], retimed[y.op])
     assert report.ok, [v.render() for v in report.violations]
+
+
+@SETTINGS
+@given(problems(), st.integers(0, 10**6))
+def test_device_waits_are_the_contracts_waits(problem, seed):
+    # device_waits, read by the re-timing and by the executor, names exactly what contract v2 says
+    # an action waits for on its device, on random valid plans (transfers inside compute ops,
+    # forwards held for offloads, shared and half-duplex links), all devices at once or one by one.
+    ops = random_valid_plan(problem, random.Random(seed))
+    issued = issue_order(problem, ops)
+    assert_waits_follow_the_contract(problem, issued, device_waits(problem, issued))
+    for device in range(problem.devices):
+        mine = issue_order(problem, [op for op in ops if op.device == device])
+        alone = device_waits(problem, mine)
+        together = [[issued[u].op for u in awaited] for op, awaited in zip(issued, device_waits(problem, issued))
+                    if op.device == device]
+        assert [[mine[u].op for u in awaited] for awaited in alone] == together

@@ -6,8 +6,8 @@ import pytest
 
 from ppsolve.errors import DeadlockError, InputError
 from ppsolve.ops import B, F, OFFLOAD, RELOAD, W
-from ppsolve.simulator import retime, simulate
-from tests.helpers import make_problem, one_f_one_b_orders
+from ppsolve.simulator import device_waits, issue_order, retime, simulate
+from tests.helpers import assert_waits_follow_the_contract, make_problem, one_f_one_b_orders
 
 
 def test_one_f_one_b_uniform_fused_makespan():
@@ -70,6 +70,25 @@ def test_transfer_starts_when_its_lane_frees_even_inside_a_compute_op():
     assert sorted(retime(problem, ops)) == sorted(ops)
 
 
+def test_device_waits_skip_what_is_planned_to_still_run():
+    # The plan above: OFFLOAD(0,0) [1, 3.5] runs beside F(0,1) and F(0,2); OFFLOAD(0,1) [3.5, 6]
+    # starts inside B(0,2) [3, 5]. Each action waits, per other lane, for the last action of the
+    # device planned to end by its start, and for nothing still running then.
+    problem = make_problem(devices=1, microbatches=3, backward="fused",
+                           offload={"fraction": 1, "bandwidth": {"d2h": 0.4, "h2d": 1}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), RELOAD(0, 1), B(0, 1),
+               RELOAD(0, 0), B(0, 0)]]
+    issued = issue_order(problem, simulate(problem, orders))
+    waits = device_waits(problem, issued)
+    named = {op.op: [issued[u].op for u in awaited] for op, awaited in zip(issued, waits)}
+    assert named[F(0, 1)] == named[F(0, 2)] == []        # not for OFFLOAD(0,0), still running
+    assert named[OFFLOAD(0, 0)] == [F(0, 0)]
+    assert named[OFFLOAD(0, 1)] == [F(0, 2)]              # not for B(0,2), still running
+    assert named[RELOAD(0, 1)] == [B(0, 2), OFFLOAD(0, 1)]
+    assert named[B(0, 1)] == [OFFLOAD(0, 1), RELOAD(0, 1)]
+    assert_waits_follow_the_contract(problem, issued, waits)
+
+
 def test_forward_waits_for_an_offload_it_is_told_to_wait_for():
     # One device, cap 1 activation: F(0,1) may only start once OFFLOAD(0,0) has freed F(0,0)'s memory.
     problem = make_problem(devices=1, microbatches=2, backward="fused",
@@ -100,3 +119,22 @@ def test_transfer_after_zero_duration_ops_retimes_to_itself():
     orders, amounts = random_orders(problem, random.Random(0), offload=True)
     ops = simulate(problem, orders, amounts)
     assert sorted(retime(problem, ops)) == sorted(ops)
+
+
+def test_unknown_op_kinds_are_refused_not_guessed():
+    # Per-kind dispatch: a kind without a rule raises instead of being treated as another kind.
+    import pytest
+
+    from ppsolve.dependencies import depth, stage_dependencies
+    from ppsolve.memory import memory_events
+    from ppsolve.schedule import ScheduledOp
+    problem = make_problem(devices=2, microbatches=1)
+    for bad in ("RECOMPUTE", None):
+        with pytest.raises(ValueError, match="no dependency rule"):
+            stage_dependencies(problem, bad, 0)
+        with pytest.raises(ValueError, match="no dependency rule"):
+            depth(problem, bad, 0)
+        with pytest.raises(ValueError, match="no memory rule"):
+            memory_events(problem, [ScheduledOp(bad, 0, 0, 0, 0.0, 1.0)])
+    with pytest.raises(ValueError, match="only B and W release"):
+        problem.released_by(F(0, 0).kind, 0)

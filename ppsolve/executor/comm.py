@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 from ppsolve.ops import OpKind
+from ppsolve.simulator import issue_order
 
 FWD, BWD = 0, 1  # directions: activation into stage s, gradient into stage s
 Key = tuple[int, int, int]  # (direction, stage, microbatch)
@@ -64,7 +65,7 @@ def channel_order(schedule, src: int, dst: int) -> list[Key]:
     """The messages ``src`` sends to ``dst``, in the order it sends them."""
     problem = schedule.problem
     out = []
-    for op in schedule.ops_of_device(src):
+    for op in issue_order(problem, schedule.ops_of_device(src)):  # the order src walks its list
         message = outgoing(op, problem.num_stages, problem.placement)
         if message is not None and message[1] == dst:
             out.append(message[0])

@@ -1,15 +1,30 @@
-"""One rank walking its action list, as SPEC.md's runtime section says.
+"""One rank walking its action list, as SPEC.md's runtime section (contract version 2) says.
 
-The list is the rank's ops sorted by planned start (a transfer before a compute op
-that starts at the same time). F waits for its input (received, or handed over
-directly when the previous stage is on this rank), B for its output gradient and
-its RELOAD, W for its B. Sends are asynchronous (``isend``); how receives are
-matched is the ``comm`` module's business (tags up front on gloo, ordered channels
-on NCCL). The ``Device`` does the rest: on CPU transfers are synchronous copies at
-their place in the list; on CUDA an OFFLOAD (RELOAD) runs on the d2h (h2d) side
-stream after waiting for an event recorded after the compute op just before it in
-the list (a RELOAD also for its OFFLOAD's copies), and a B's stream waits for its
-RELOAD's event. Times are CUDA events there, read after the walk.
+The list is the rank's ops in issue order (:func:`ppsolve.simulator.issue_order`: by planned
+start, a transfer before a compute op that starts at the same time). An action starts once
+
+- its data is there: F its input (received, or handed over directly when the previous stage
+  is on this rank), B its output gradient and its RELOAD's copies, W its B, OFFLOAD its F,
+  RELOAD its OFFLOAD's copies;
+- the action before it on its lane has ended;
+- every action of this rank whose planned end is at or before its planned start has ended:
+  :func:`ppsolve.simulator.device_waits`, the same definition the simulator re-times with,
+  names them (per other lane, the last one in lane order).
+
+Sends are asynchronous (``isend``); how receives are matched is the ``comm`` module's
+business (tags up front on gloo, ordered channels on NCCL). The ``Device`` does the rest:
+
+- CPU: one thread runs the list in order and transfers are synchronous copies at their
+  place in it, so when an action starts every action before it in the list has ended;
+  what ends by an action's planned start comes before it in the list, so the waits hold
+  without doing anything (``mark`` and ``wait`` are no-ops).
+- CUDA: compute runs on the compute stream, OFFLOAD on the d2h side stream, RELOAD on the
+  h2d one (both on one stream when the link is half-duplex: one lane); a stream runs its
+  lane in order. An event is recorded after every action, and before issuing an action
+  its stream waits for the events of its ``device_waits``: a forward waits for the offload
+  planned to free its memory, a transfer for the compute ops planned to end by its start,
+  and for nothing planned to be still running then (an offload overlaps the next forward).
+  Times are CUDA events there, read after the walk.
 """
 
 from __future__ import annotations
@@ -25,7 +40,9 @@ from ppsolve.executor.device import Device, make_device
 from ppsolve.executor.spec import ModelSpec, model_from_dict
 from ppsolve.executor.stage import SavedBytes, Stage
 from ppsolve.ops import OpKind
-from ppsolve.schedule import Schedule, schedule_from_dict
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, ScheduledOp, schedule_from_dict
+from ppsolve.simulator import device_waits, issue_order
 
 
 @dataclass
@@ -59,7 +76,7 @@ class OpRecord:
     end: float
     held: int
     moved: int = 0
-    waited: float = 0.0  # seconds spent waiting for the input or gradient before ``start``
+    waited: float = 0.0  # seconds from issue to ``start``: its input or gradient, and (CUDA) its waits
 
 
 @dataclass
@@ -93,7 +110,7 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     ordered = (job.comm or ("ordered" if dev.backend == "nccl" else "tagged")) == "ordered"
     channels = Channels(schedule, rank, dev.device, job.timeout_s) if ordered else None
     result = RankResult(rank)
-    actions = schedule.ops_of_device(rank)
+    actions, waits = rank_plan(schedule, rank)
     for step in range(job.steps):
         for p in params:
             p.grad = None
@@ -102,36 +119,54 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
         shape = models.boundary_shape(spec)
         comm = (OrderedComm(channels, problem.placement, shape, dev.device, job.timeout_s) if ordered
                 else TaggedComm(schedule, rank, stages, shape, job.timeout_s))
-        result = _walk(job, rank, schedule, spec, stages, ledger, actions, comm, dev)
+        result = _walk(job, rank, schedule, spec, stages, ledger, actions, waits, comm, dev)
     if job.check:
         result.grads = parameter_grads(modules)
     return result
 
 
-_LANE = {OpKind.OFFLOAD: "d2h", OpKind.RELOAD: "h2d"}
+def rank_plan(schedule: Schedule, rank: int) -> tuple[list[ScheduledOp], list[list[int]]]:
+    """The rank's actions in issue order, and for each the indices of the earlier actions whose
+    events it waits for (contract version 2: :func:`ppsolve.simulator.device_waits`)."""
+    actions = issue_order(schedule.problem, schedule.ops_of_device(rank))
+    return actions, device_waits(schedule.problem, actions)
+
+
+def lane_name(problem: Problem, kind: OpKind) -> str:
+    """The ``Device`` lane an action of ``kind`` runs on: ``compute``, or the host link's ``d2h``
+    (OFFLOAD) and ``h2d`` (RELOAD) lanes; a half-duplex link is one lane, ``d2h``."""
+    if kind.is_compute:
+        return "compute"
+    if kind is OpKind.OFFLOAD:
+        return "d2h"
+    if kind is OpKind.RELOAD:
+        return "h2d" if problem.offload.duplex else "d2h"
+    raise ValueError(f"no lane for op kind {kind!r}")
 
 
 def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict[int, Stage],
-          ledger: SavedBytes, actions, comm, dev: Device) -> RankResult:
+          ledger: SavedBytes, actions: list[ScheduledOp], waits: list[list[int]], comm, dev: Device) -> RankResult:
     problem = schedule.problem
     S, M, place = problem.num_stages, problem.microbatches, problem.placement
     data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j)) for j in range(M)}
             if (0 in stages or S - 1 in stages) else {})
     local: dict[tuple[int, int, int], torch.Tensor] = {}
     result = RankResult(rank, device=dev.kind)
+    events = []  # the device event after each action (None on CPU)
     stamps = []
     dist.barrier()
     dev.begin()
     peak = 0
-    after_compute = None  # event after the last compute op issued (CUDA)
     for index, op in enumerate(actions):
         if job.fail_at is not None and job.fail_at == (rank, index):
             raise RuntimeError(f"injected failure at action {index} ({op.op})")
         s, j, kind = op.stage, op.microbatch, op.kind
         stage = stages[s]
         moved = 0
-        with dev.lane(_LANE.get(kind, "compute")):
-            issued = start = dev.stamp()
+        with dev.lane(lane_name(problem, kind)):
+            issued = dev.stamp()
+            for u in waits[index]:
+                dev.wait(events[u])
             if kind is OpKind.F:
                 x = data[j][0] if s == 0 else (local.pop((FWD, s, j)) if place[s - 1] == rank
                                               else comm.wait_recv(FWD, s, j))
@@ -149,20 +184,20 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
                 if s > 0:
                     _pass(comm, local, BWD, s - 1, j, grad_in, place[s - 1], rank)
             elif kind is OpKind.W:
-                stage.backward_weight(j)
-            else:
-                dev.wait(after_compute)  # the compute op just before this transfer in the list
-                if kind is OpKind.RELOAD:
-                    dev.wait(stage.copied(j))  # its OFFLOAD's copies
                 start = dev.stamp()
-                if kind is OpKind.OFFLOAD:
-                    act = problem.activation[s]
-                    moved = stage.offload(j, op.amount / act if act > 0 else 1.0)
-                else:
-                    moved = stage.reload(j)
+                stage.backward_weight(j)
+            elif kind is OpKind.OFFLOAD:
+                start = dev.stamp()  # its F is among the waits: planned to end by this start
+                act = problem.activation[s]
+                moved = stage.offload(j, op.amount / act if act > 0 else 1.0)
+            elif kind is OpKind.RELOAD:
+                dev.wait(stage.copied(j))  # its OFFLOAD's copies
+                start = dev.stamp()
+                moved = stage.reload(j)
+            else:
+                raise ValueError(f"the executor cannot run op kind {kind!r}")
             end = dev.stamp()
-        if kind.is_compute:
-            after_compute = dev.mark()
+            events.append(dev.mark())
         peak = max(peak, ledger.held)
         stamps.append((op, issued, start, end, ledger.held, moved))
     comm.finish()

@@ -274,8 +274,8 @@ def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = Fals
                     releases.append((t + dur, d, released))
         if progressed:
             continue
+        # a running op ends at its device's free_at, so that list holds every pending end
         future = [x for x in free_at if x > t + 1e-12] + [r[0] for r in releases if r[0] > t + 1e-12]
-        future += [x for x in end.values() if x > t + 1e-12]
         waiting = []
         for k in p.kinds:
             for s in range(S):
