@@ -7,7 +7,10 @@ several chunks per device also with forwards ahead of backwards), and when the p
 an offload link it also tries offloading the activations that wait longest
 (estimated from the critical path between a stage's F and its B, and kept only
 where that wait hides the round trip over the link). Under a cap it also tries
-lean reservations (see :class:`ListPolicy`), which let offloading pay off. Every candidate is timed
+lean reservations (see :class:`ListPolicy`), which let offloading pay off. A
+forward that the scheduler holds until an offload frees its memory waits for
+that offload in the plan (contract version 2); on small problems the packing
+without such waits is tried as well. Every candidate is timed
 by the simulator; the fastest one within the caps wins. If none fits (a
 simulated offload finishing later than the scheduler assumed), it retries with
 each device's limit lowered by what the simulation overshot, for a few rounds,
@@ -20,6 +23,7 @@ and on small problems the best block of the building-block search within the cap
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ppsolve.baselines.common import SMALL_OPS, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
@@ -116,10 +120,10 @@ def _attempt(problem: Problem, policy: ListPolicy):
     Peaks are computed only under a cap (an empty list otherwise).
     """
     try:
-        orders, amounts = list_orders(problem, policy)
+        orders, amounts, waits = list_orders(problem, policy)
     except DeadlockError:
         return None
-    ops = simulate(problem, orders, amounts)
+    ops = simulate(problem, orders, amounts, waits)
     makespan = max(op.end for op in ops)
     bounded = any(c is not None for c in policy.limit)
     return makespan, sum(amounts.values()), orders, amounts, ops, peak_memory(problem, ops) if bounded else []
@@ -145,6 +149,8 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
             params["forward_first"] = True
         if policy.lean:
             params["lean"] = True
+        if policy.offload and policy.wait_for_offloads:
+            params["forwards_wait_for_offloads"] = True
     return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
 
 
@@ -166,6 +172,8 @@ def _search(problem: Problem, caps):
         lean_policies = [ListPolicy(limit=caps, offload=stages, lean=True) for stages in lean_sets]
         # the one most likely to be fastest under a cap goes second: a result at the bound ends the search
         policies = policies[:1] + lean_policies[-1:] + policies[1:] + lean_policies[:-1]
+        if small:  # offloads that free memory only for the compute op after the next (no waits) pack differently
+            policies += [replace(pol, wait_for_offloads=False) for pol in policies if pol.offload]
     best = None
     overshoot = None  # the smallest excess seen: (excess, device, peak, cap)
     for policy in policies:

@@ -48,7 +48,7 @@ def budget_orders(problem: Problem, microbatches: int) -> list[list[Op]]:
     """Zero-bubble order rules with ``microbatches`` in flight per device (unit counts)."""
     per = problem.chunks  # one unit per stage activation
     limit = tuple(float(microbatches * per) for _ in range(problem.devices))
-    orders, _ = list_orders(problem, ListPolicy(limit=limit, unit=True))
+    orders, _, _ = list_orders(problem, ListPolicy(limit=limit, unit=True))
     return orders
 
 
