@@ -87,6 +87,13 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                          seconds=time.perf_counter() - started, **extra)
 
 
+def memory_deltas(problem: Problem) -> tuple[list[float], list[float], list[float]]:
+    """Per stage, how a device's memory changes with an F (at its start), a B and a W (at their ends)."""
+    S = problem.num_stages
+    return (list(problem.activation), [-problem.released_by(OpKind.B, s) for s in range(S)],
+            [-problem.released_by(OpKind.W, s) for s in range(S)])
+
+
 def memory_text(x: float) -> str:
     """A memory figure with one decimal ("14.0"), or every digit it needs ("3.25")."""
     return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"

@@ -24,6 +24,7 @@ import functools
 import itertools
 from collections import deque
 
+from ppsolve.baselines.common import memory_deltas
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 
@@ -404,13 +405,17 @@ def _finish_rows(rows, p: int, m: int, spare: int, limit: int, first_peak: int):
     return (rows if peak <= first_peak else None), peak
 
 
+def _ops_of(d: int, i: int) -> dict[str, tuple[callable, int]]:
+    """What each letter is on device i of a V over d devices: (op constructor, stage)."""
+    up, down = i, 2 * d - 1 - i
+    return {"F": (F, up), "f": (F, down), "B": (B, down), "b": (B, up), "W": (W, down), "w": (W, up)}
+
+
 def orders_of(rows: list[list[str]]) -> list[list[Op]]:
     """Per-device op orders of a block's rows."""
-    d = len(rows)
     out = []
     for i, row in enumerate(rows):
-        up, down = i, 2 * d - 1 - i
-        make = {"F": (F, up), "f": (F, down), "B": (B, down), "b": (B, up), "W": (W, down), "w": (W, up)}
+        make = _ops_of(len(rows), i)
         seen = dict.fromkeys(_IDS, 0)
         order = []
         for c in row:
@@ -429,22 +434,20 @@ def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]
     times each op as soon as its device and inputs allow, as the simulator does.
     """
     d = len(rows)
-    width = len(rows[0])
     comm = problem.p2p
     cost = {"F": problem.forward, "B": problem.backward_input, "W": problem.backward_weight}
-    act, hold = problem.activation, problem.weight_hold
-    stage = {"F": lambda i: i, "f": lambda i: 2 * d - 1 - i, "B": lambda i: 2 * d - 1 - i,
-             "b": lambda i: i, "W": lambda i: 2 * d - 1 - i, "w": lambda i: i}
+    delta = dict(zip("FBW", memory_deltas(problem)))
+    stage = [{c: s for c, (_, s) in _ops_of(d, i).items()} for i in range(d)]
     ends: dict[tuple[str, int], list[float]] = {(c, i): [] for c in _IDS for i in range(d)}
     free = [0.0] * d
     level = [0.0] * d
     peak = [0.0] * d
-    for j in range(width):
+    for j in range(len(rows[0])):
         for i in range(d):
             c = rows[i][j]
             if c == " ":
                 continue
-            s = stage[c](i)
+            s = stage[i][c]
             n = len(ends[(c, i)])
             ready = free[i]
             if c in "FB" and i > 0:
@@ -454,13 +457,8 @@ def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]
             kind = c.upper()
             free[i] = ready + cost[kind][s]
             ends[(c, i)].append(free[i])
-            if kind == "F":
-                level[i] += act[s]
-                peak[i] = max(peak[i], level[i])
-            elif kind == "B":
-                level[i] -= act[s] - hold[s]
-            else:
-                level[i] -= hold[s]
+            level[i] += delta[kind][s]
+            peak[i] = max(peak[i], level[i])
     return max(free), peak
 
 

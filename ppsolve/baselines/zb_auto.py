@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ppsolve.baselines.common import memory_deltas
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 
@@ -60,8 +61,7 @@ class _Builder:
         S = problem.num_stages
         self.S, self.m, self.variant, self.limit, self.give_up = S, problem.microbatches, variant, limit, give_up
         self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
-        self.delta = (problem.activation, [-(a - h) for a, h in zip(problem.activation, problem.weight_hold)],
-                      [-h for h in problem.weight_hold])
+        self.delta = memory_deltas(problem)
         self.comm = problem.p2p
         self.count = ([0] * S, [0] * S, [0] * S)
         self.ends = ([[] for _ in range(S)], [[] for _ in range(S)])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ppsolve.baselines.common import SMALL_OPS
+from ppsolve.baselines.common import SMALL_OPS, memory_deltas
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 
@@ -68,9 +68,8 @@ class _Builder:
         self.stage = [[(i, 2 * d - 1 - i), (2 * d - 1 - i, i), (2 * d - 1 - i, i)] for i in range(d)]
         self.source = [[i - 1, i + 1 if i + 1 < d else -1] for i in range(d)]
         self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
-        act, hold = problem.activation, problem.weight_hold
-        self.delta = (act, [-(a - h) for a, h in zip(act, hold)], [-h for h in hold])
-        self.f_room = max(act)
+        self.delta = memory_deltas(problem)
+        self.f_room = max(problem.activation)
         self.comm = problem.p2p
         self.count = [[[0, 0] for _ in range(3)] for _ in range(d)]
         self.ends = [[[[] for _ in range(2)] for _ in range(2)] for _ in range(d)]  # [dev][kind F/B][lane]
