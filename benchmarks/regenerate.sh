@@ -16,4 +16,5 @@ $PY benchmarks/cpsat_model_size.py --time-limit 10 --out docs/bench/cpsat_model_
 $PY benchmarks/make_paper_instances.py
 $PY benchmarks/costmodel_bench.py --time-limit 10 --paper-time-limit 30 --json docs/bench/costmodel.json
 $PY benchmarks/offload_table.py --section docs/bench/sections/30-pipeoffload-table.md
+$PY benchmarks/reference.py --reference ../shared/reference --benchmarks ""
 $PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --out BENCHMARKS.md

@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ppsolve.baselines.common import Requirement
+from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.bounds import min_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, NotApplicableError
+from ppsolve.memory import peak_memory
 from ppsolve.methods import RunOptions, all_methods, get_method
+from ppsolve.ops import OpKind
+from ppsolve.simulator import simulate
 from tests.baseline_problems import make_problem
 
 METHODS = [m.name for m in all_methods("baseline")]
@@ -185,3 +189,23 @@ def test_greedy_offload_beats_no_offload_under_a_tight_cap():
     assert check(with_link).ok and with_link.offloaded > 0
     assert max(with_link.peak_memory) <= 4.0
     assert with_link.makespan < 0.8 * without.makespan
+
+
+def test_list_scheduler_forwards_wait_for_the_offload_that_frees_their_memory():
+    """Contract v2: each wait is a forward holding for an earlier-listed offload of its device,
+    and timing the plan with those waits keeps every device within the limit."""
+    link = {"bandwidth": {"d2h": 4.0, "h2d": 4.0}}
+    problem = make_problem(8, 32, "vshape", capacity=4.0, offload=link)
+    policy = ListPolicy(limit=problem.capacity, offload=frozenset(range(problem.num_stages - 1)), lean=True)
+    orders, amounts, waits = list_orders(problem, policy)
+    assert waits
+    for forward, (offload,) in waits.items():
+        device = problem.placement[forward.stage]
+        assert forward.kind is OpKind.F and offload.kind is OpKind.OFFLOAD
+        assert problem.placement[offload.stage] == device
+        assert orders[device].index(offload) < orders[device].index(forward)
+    ops = simulate(problem, orders, amounts, waits)
+    assert max(peak_memory(problem, ops)) <= 4.0 + 1e-9
+    ends = {op.op: op.end for op in ops}
+    starts = {op.op: op.start for op in ops}
+    assert all(starts[f] >= ends[o] for f, (o,) in waits.items())

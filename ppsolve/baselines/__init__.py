@@ -28,15 +28,15 @@ _method("1f1b", onef1b.build_1f1b, onef1b.LINEAR,
 _method("interleaved-1f1b", interleaved.build_interleaved, interleaved.INTERLEAVED,
         "Megatron's virtual-pipeline 1F1B, microbatch groups of d, any m and v")
 _method("zb-h1", zero_bubble.build_zb_h1, zero_bubble.LINEAR_SPLIT,
-        "zero-bubble H1: 1F1B's memory, W fills idle time; bubble (d-1)(F+B-W)")
+        "zero-bubble H1: the zero-bubble heuristic on real costs, every device within d microbatches")
 _method("zb-h2", zero_bubble.build_zb_h2, zero_bubble.LINEAR_SPLIT,
-        "zero-bubble H2: 2(d-i)-1 activations on device i, no warm-up bubble")
+        "zero-bubble H2: the zero-bubble heuristic on real costs, every device within 2d microbatches")
 _method("zb-v", vshape.build_zb_v, vshape.VSHAPE_SPLIT,
-        "zero-bubble V: 1F1B's memory (d microbatches per device) on the V-shape")
+        "zero-bubble V: the V-shape heuristic on real costs, every device within d microbatches")
 _method("v-half", vshape.build_v_half, vshape.VSHAPE_SPLIT,
-        "V-Half: (d+2)//2 microbatches per device, about half of 1F1B's memory")
+        "V-Half: the published building block, squeezed; about half of 1F1B's memory")
 _method("v-min", vshape.build_v_min, vshape.VSHAPE_SPLIT,
-        "V-Min: (d+4)//3 microbatches per device, about a third of 1F1B's memory")
+        "V-Min: the published building block, squeezed; about a third of 1F1B's memory")
 _method("dualpipe-v", vshape.build_dualpipe_v, vshape.VSHAPE,
         "DeepSeek's DualPipeV order run without F&B overlap (m >= 2d)",
         why_not=vshape.dualpipe_v_why_not, requirements="vshape (v=2), split or fused backward, m >= 2d")
@@ -51,4 +51,5 @@ _method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
 _method("1f1b-offload", offload.build_1f1b_offload, offload.LINEAR_OFFLOAD,
         "1F1B with full offload (PipeOffload Fig. 1): all but the last stage to host, forwards wait for offloads")
 _method("greedy", greedy.build_greedy, _ANY,
-        "list scheduler within the memory cap, offloading long waits (solver warm start, fallback)")
+        "list scheduler within the memory cap, offloading long waits; on capped V-shapes also the "
+        "published V orders and the building-block search (solver warm start, fallback)")

@@ -24,6 +24,9 @@ from ppsolve.simulator import simulate
 
 Orders = list[list[Op]]
 
+# problems with at most this many compute ops are "small": methods may afford more candidates there
+SMALL_OPS = 20000
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -89,6 +92,13 @@ def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, flo
     peaks = peak_memory(problem, ops)
     return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
             if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
+
+
+def memory_deltas(problem: Problem) -> tuple[list[float], list[float], list[float]]:
+    """Per stage, how a device's memory changes with an F (at its start), a B and a W (at their ends)."""
+    S = problem.num_stages
+    return (list(problem.activation), [-problem.released_by(OpKind.B, s) for s in range(S)],
+            [-problem.released_by(OpKind.W, s) for s in range(S)])
 
 
 def memory_text(x: float) -> str:

@@ -7,19 +7,29 @@ several chunks per device also with forwards ahead of backwards), and when the p
 an offload link it also tries offloading the activations that wait longest
 (estimated from the critical path between a stage's F and its B, and kept only
 where that wait hides the round trip over the link). Under a cap it also tries
-lean reservations (see :class:`ListPolicy`), which let offloading pay off. Every candidate is timed
+lean reservations (see :class:`ListPolicy`), which let offloading pay off. A
+forward that the scheduler holds until an offload frees its memory waits for
+that offload in the plan (contract version 2); on small problems the packing
+without such waits is tried as well. Every candidate is timed
 by the simulator; the fastest one within the caps wins. If none fits (a
 simulated offload finishing later than the scheduler assumed), it retries with
 each device's limit lowered by what the simulation overshot, for a few rounds,
-and then refuses with the device and figures that did not fit.
+and then refuses with the device and figures that did not fit. On a V-shape
+with two chunks and a cap it also times the published orders that may fit it
+(the ZB-V heuristic with the cap as its limit, the V-Half and V-Min blocks,
+and on small problems the best block of the building-block search within the cap).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from ppsolve.baselines.common import finish
+from ppsolve.baselines.common import SMALL_OPS, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.vblocks import block_rows, orders_of, timing
+from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
+from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
@@ -30,8 +40,8 @@ from ppsolve.schedule import Schedule
 from ppsolve.simulator import simulate
 
 _TOL = 1e-9
-# below this many compute ops, also try the forward-first variant (it costs one more simulation)
-SMALL = 20000
+# the building-block search runs while d * max(m, 2d) is at most this (its rows grow with both)
+BLOCK_SEARCH_SIZE = 256
 
 
 def estimated_wait(problem: Problem, stage: int) -> float:
@@ -71,6 +81,35 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
     return out
 
 
+def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
+    """Orders of the published V-shape schedules that may fit the caps (V-shape, two chunks, split backward).
+
+    The ZB-V heuristic with the smallest cap as its limit, the V-Half and V-Min
+    blocks, and (up to BLOCK_SEARCH_SIZE) the fastest block of the building-block
+    search that fits; each is timed and checked against the caps by the caller.
+    """
+    if problem.placement_name != "vshape" or problem.chunks != 2 or not problem.split_backward:
+        return []
+    out = []
+    limit = min(c for c in caps if c is not None)
+    orders = zbv_orders(problem, limit)
+    if orders is not None:
+        out.append(("zb-v heuristic within the cap", orders))
+    for name, block in (("v-half block", v_half_block), ("v-min block", v_min_block)):
+        orders, peak = pattern_orders(problem, block(problem.devices))
+        if peak * min(problem.activation) <= limit + _TOL:
+            out.append((name, orders))
+    if problem.devices * max(problem.microbatches, 2 * problem.devices) <= BLOCK_SEARCH_SIZE:
+        best = None
+        for rows in block_rows(problem.devices, problem.microbatches, int(limit / min(problem.activation) + _TOL)):
+            makespan, peaks = timing(problem, rows)
+            if _fits(caps, peaks) and (best is None or makespan < best[0]):
+                best = (makespan, rows)
+        if best is not None:
+            out.append(("building-block search", orders_of(best[1])))
+    return out
+
+
 def _fits(caps, peaks: list[float]) -> bool:
     return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, caps))
 
@@ -81,10 +120,10 @@ def _attempt(problem: Problem, policy: ListPolicy):
     Peaks are computed only under a cap (an empty list otherwise).
     """
     try:
-        orders, amounts = list_orders(problem, policy)
+        orders, amounts, waits = list_orders(problem, policy)
     except DeadlockError:
         return None
-    ops = simulate(problem, orders, amounts)
+    ops = simulate(problem, orders, amounts, waits)
     makespan = max(op.end for op in ops)
     bounded = any(c is not None for c in policy.limit)
     return makespan, sum(amounts.values()), orders, amounts, ops, peak_memory(problem, ops) if bounded else []
@@ -102,11 +141,16 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
         least = min_capacity(problem)
         caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
-    params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
-    if policy.forward_first:
-        params["forward_first"] = True
-    if policy.lean:
-        params["lean"] = True
+    if isinstance(policy, str):
+        params = {"order": policy}
+    else:
+        params = {"offload_stages": sorted(policy.offload)} if policy.offload else {}
+        if policy.forward_first:
+            params["forward_first"] = True
+        if policy.lean:
+            params["lean"] = True
+        if policy.offload and policy.wait_for_offloads:
+            params["forwards_wait_for_offloads"] = True
     return finish(problem, orders, "greedy", options, started, amounts=amounts, params=params, ops=ops)
 
 
@@ -115,7 +159,7 @@ def _search(problem: Problem, caps):
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
     target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
-    small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL
+    small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL_OPS  # more candidates
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and small:
         policies.append(ListPolicy(limit=caps, forward_first=True))
@@ -128,6 +172,8 @@ def _search(problem: Problem, caps):
         lean_policies = [ListPolicy(limit=caps, offload=stages, lean=True) for stages in lean_sets]
         # the one most likely to be fastest under a cap goes second: a result at the bound ends the search
         policies = policies[:1] + lean_policies[-1:] + policies[1:] + lean_policies[:-1]
+        if small:  # offloads that free memory only for the compute op after the next (no waits) pack differently
+            policies += [replace(pol, wait_for_offloads=False) for pol in policies if pol.offload]
     best = None
     overshoot = None  # the smallest excess seen: (excess, device, peak, cap)
     for policy in policies:
@@ -141,6 +187,13 @@ def _search(problem: Problem, caps):
             best = (result, policy)
         if best[0][0] <= target:
             break
+    if bounded and small and (best is None or best[0][0] > target):
+        for name, orders in published_orders(problem, caps):
+            ops = simulate(problem, orders)
+            peaks = peak_memory(problem, ops)
+            result = (max(op.end for op in ops), 0.0, orders, {}, ops, peaks)
+            if _fits(caps, peaks) and (best is None or result[:2] < best[0][:2]):
+                best = (result, name)
     if best is None and bounded:
         best = _tighten(problem, policies, caps)
     if best is None:

@@ -53,6 +53,10 @@ class ListPolicy:
     microbatches' later forwards, which then wait for memory; more microbatches
     fit in flight (offloads free memory while they wait), but the scheduler may
     get stuck, so callers keep the safe policy as a fallback.
+    ``wait_for_offloads``: a forward dispatched after an offload of its device ended
+    waits for it in the plan (contract version 2), so the memory it freed is usable
+    at once; off, freed memory counts for admissions only once the device's next
+    compute op has ended (as under version 1), which sometimes packs better.
     """
 
     limit: tuple[float | None, ...]
@@ -61,10 +65,12 @@ class ListPolicy:
     offload_share: float = 1.0
     forward_first: bool = False
     lean: bool = False
+    wait_for_offloads: bool = True
 
 
-def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float]]:
-    """Per-device action lists (and offload amounts) chosen by the list scheduler."""
+def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float],
+                                                                dict[Op, list[Op]]]:
+    """Per-device action lists, offload amounts and waits (a forward waiting for an offload's end)."""
     return _ListScheduler(problem, policy).run()
 
 
@@ -142,9 +148,12 @@ class _ListScheduler:
         reload_wait = [deque() for _ in range(D)]   # accepted-later reload requests
         b_need: dict[tuple[int, int], int] = {}     # B waiting for its reload
         lane_free: dict[int, float] = {}
-        # memory freed by an offload counts for admissions only after the device's next compute op
-        # ends: an order cannot make a forward wait for a transfer
-        unusable = [0.0] * D
+        # contract v2: a forward dispatched after an offload of its device ended waits for it in the
+        # plan, so the memory that offload freed is usable at once (the latest one covers the earlier)
+        last_offload: list[Op | None] = [None] * D
+        waits: dict[Op, list[Op]] = {}
+        wait_for_offloads = self.policy.wait_for_offloads
+        unusable = [0.0] * D  # without waits: freed by an offload, usable once the next compute op ends
         on_host = [0] * D
         reserve = [max((amount[s] for s in st), default=0.0) for st in p.stages_of_device]
         want_reload: set[tuple[int, int]] = set()
@@ -214,7 +223,11 @@ class _ListScheduler:
                 kind = _W
             else:
                 return
-            orders[d].append(new_op(Op, (kind, s, j)))
+            op = new_op(Op, (kind, s, j))
+            orders[d].append(op)
+            if kind is _F and last_offload[d] is not None:
+                waits[op] = [last_offload[d]]
+                last_offload[d] = None
             end = t + dur[kind][s]
             run_start[d], busy[d], idle[d] = t, end, False
             push(end, _DONE, kind, s, j)
@@ -284,7 +297,10 @@ class _ListScheduler:
                     if kind is _OFF:
                         off_done[(s, j)] = t
                         level[d] -= amount[s]
-                        unusable[d] += amount[s]
+                        if wait_for_offloads:
+                            last_offload[d] = Op(_OFF, s, j)
+                        else:
+                            unusable[d] += amount[s]
                         on_host[d] += 1
                         if (s, j) in want_reload:
                             want_reload.discard((s, j))
@@ -298,4 +314,4 @@ class _ListScheduler:
                     try_reload(d, t)
         if remaining:
             raise DeadlockError(f"list scheduler stuck with {remaining} ops left (memory limit too tight)")
-        return orders, amounts
+        return orders, amounts, waits

@@ -1,10 +1,13 @@
 """Schedules on the V-shape placement: ZB-V, V-Half, V-Min and DualPipeV.
 
-Device i holds stages i and 2d-1-i. ZB-V, V-Half and V-Min are the
-controllable-memory family: the same zero-bubble order rules under a memory
-budget of d, ``(d + 2) // 2`` and ``(d + 4) // 3`` microbatches per device
-(a microbatch costing both chunks' activations); their order is the one the
-list scheduler gives on uniform costs, timed by the simulator on the real ones.
+Device i holds stages i and 2d-1-i. ZB-V, V-Half and V-Min follow the
+reference implementation of the zero-bubble and controllable-memory papers:
+ZB-V is the V-shape zero-bubble heuristic on the real costs within 2d stage
+activations per device (:mod:`ppsolve.baselines.zbv_auto`); V-Half and V-Min
+repeat a fixed building block and squeeze it (:mod:`ppsolve.baselines.vpattern`),
+the order then timed on the real costs. With more than two chunks per device
+(where those are not defined) they fall back to the list scheduler's order on
+unit costs with d, ``(d + 2) // 2`` and ``(d + 4) // 3`` microbatches per device.
 
 DualPipeV follows the eight phases of DeepSeek's DualPipeV order (warm-up
 chunk-0 forwards, paired forwards, zero-bubble B-W-F, the F0-B1/F1-B0 main
@@ -19,6 +22,8 @@ from collections import deque
 
 from ppsolve.baselines.common import Requirement, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
+from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.methods import RunOptions
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
@@ -28,27 +33,40 @@ VSHAPE_SPLIT = Requirement(placements=("vshape",), backward=("split",))
 VSHAPE = Requirement(placements=("vshape",))
 
 
+def build_zb_v(problem: Problem, options: RunOptions) -> Schedule:
+    """The ZB-V heuristic on the real costs, every device within 2d stage activations."""
+    started = time.perf_counter()
+    limit = 2 * problem.devices * max(problem.activation)
+    orders = zbv_orders(problem, limit)
+    if orders is None:  # more than two chunks per device: the list scheduler's order on unit costs
+        orders = budget_orders(problem, problem.devices)
+    return finish(problem, orders, "zb-v", options, started,
+                  params={"microbatches_in_flight": problem.devices, "memory_limit": limit})
+
+
 def budget_orders(problem: Problem, microbatches: int) -> list[list[Op]]:
     """Zero-bubble order rules with ``microbatches`` in flight per device (unit counts)."""
     per = problem.chunks  # one unit per stage activation
     limit = tuple(float(microbatches * per) for _ in range(problem.devices))
-    orders, _ = list_orders(problem, ListPolicy(limit=limit, unit=True))
+    orders, _, _ = list_orders(problem, ListPolicy(limit=limit, unit=True))
     return orders
 
 
-def _build_budget(name: str, count) -> callable:
+def _build_pattern(name: str, block) -> callable:
     def build(problem: Problem, options: RunOptions) -> Schedule:
         started = time.perf_counter()
-        n = count(problem.devices)
-        return finish(problem, budget_orders(problem, n), name, options, started,
-                      params={"microbatches_in_flight": n})
+        if problem.chunks != 2:  # the building block is defined for two chunks per device
+            n = (problem.devices + 2) // 2 if name == "v-half" else (problem.devices + 4) // 3
+            return finish(problem, budget_orders(problem, n), name, options, started,
+                          params={"microbatches_in_flight": n})
+        orders, peak = pattern_orders(problem, block(problem.devices))
+        return finish(problem, orders, name, options, started, params={"stage_activations": peak})
     build.__name__ = f"build_{name.replace('-', '_')}"
     return build
 
 
-build_zb_v = _build_budget("zb-v", lambda d: d)
-build_v_half = _build_budget("v-half", lambda d: (d + 2) // 2)
-build_v_min = _build_budget("v-min", lambda d: (d + 4) // 3)
+build_v_half = _build_pattern("v-half", v_half_block)
+build_v_min = _build_pattern("v-min", v_min_block)
 
 
 def dualpipe_v_why_not(problem: Problem) -> str | None:

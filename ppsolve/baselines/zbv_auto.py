@@ -1,0 +1,278 @@
+"""The V-shape zero-bubble heuristic behind ZB-V (and greedy's V-shape candidates).
+
+This follows the ZB-V heuristic of the zero-bubble reference implementation
+(Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024), written anew, on the
+real costs and p2p latency. Device i holds stage i (chunk 0) and stage
+2d-1-i (chunk 1); every device keeps within one memory limit (2d stage
+activations for ZB-V). Ops are timed as they are placed:
+
+* warm-up: microbatch 0 runs forward through chunk 0; going back up from the
+  last device, each device adds chunk-0 forwards (on it and every device
+  before it) while memory allows and they fit before chunk 1's forward arrives,
+  then takes chunk 1's forward; later devices then catch up, alternating chunks;
+* steady state, 2m rounds: every device takes one backward (chunk 1's, the one
+  coming from device 0, once its input is there; else chunk 0's), then one
+  forward (chunk 1's when its input is there, else chunk 0's);
+* a W is placed when memory needs it, when it fits in the wait for an input, or
+  when the wait would exceed the largest idle time of any device (for the
+  backward of chunk 0 and the forwards only if the variant says so).
+
+Variants: two switches (fill the wait before a chunk-0 backward, before a
+forward) and, as in the reference, a rerun that accepts each device's idle time
+of the previous run while that lowers the largest one. The fastest order wins.
+On large problems (over ``SMALL_OPS`` compute ops) a run stops, ending its
+chain of reruns, once it is already slower than the fastest one found.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ppsolve.baselines.common import SMALL_OPS, memory_deltas
+from ppsolve.ops import B, F, W, Op
+from ppsolve.problem import Problem
+
+_F, _B, _W = 0, 1, 2
+# rerun with the previous run's idle times accepted at most this often
+_RERUNS = 6
+
+
+class _Stuck(Exception):
+    """A variant breaks the limit or an input is not there when its rules expect it."""
+
+
+@dataclass(frozen=True)
+class VRun:
+    makespan: float
+    max_bubble: float
+    bubble: tuple[float, ...]
+    orders: list[list[tuple[int, int, int]]]  # (kind, stage, microbatch)
+
+
+class _Builder:
+    """One variant's orders on a V-shape, timed as they are placed.
+
+    Lanes are (kind, lane) with lane 0 = the flow from device 0 up (chunk 0's
+    forward, chunk 1's backward) and lane 1 = the flow back down.
+    """
+
+    def __init__(self, problem: Problem, limit: float, fill_b: bool, fill_f: bool,
+                 approved: tuple[float, ...] | None, give_up: float = float("inf")):
+        d = problem.devices
+        self.d, self.m, self.limit = d, problem.microbatches, limit + 1e-9
+        self.fill_b, self.fill_f, self.give_up = fill_b, fill_f, give_up
+        self.approved = approved or (-1.0,) * d
+        self.max_approved = max(self.approved)
+        # stage of (kind, lane) on device i; the device each lane's input comes from (-1: this one)
+        self.stage = [[(i, 2 * d - 1 - i), (2 * d - 1 - i, i), (2 * d - 1 - i, i)] for i in range(d)]
+        self.source = [[i - 1, i + 1 if i + 1 < d else -1] for i in range(d)]
+        self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
+        self.delta = memory_deltas(problem)
+        self.f_room = max(problem.activation)
+        self.comm = problem.p2p
+        self.count = [[[0, 0] for _ in range(3)] for _ in range(d)]
+        self.ends = [[[[] for _ in range(2)] for _ in range(2)] for _ in range(d)]  # [dev][kind F/B][lane]
+        self.mem = [0.0] * d
+        self.cur = [0.0] * d
+        self.bubble = [0.0] * d
+        self.most_bubble = 0.0
+        self.mattered: set[str] = set()  # the switches some decision depended on
+        self.pending: list[list[int]] = [[] for _ in range(d)]
+        self.next_w = [0] * d
+        self.orders: list[list[tuple[int, int, int]]] = [[] for _ in range(d)]
+
+    def placed(self, i: int, kind: int, lane: int, j: int) -> float | None:
+        ends = self.ends[i][kind][lane]
+        return ends[j] if j < len(ends) else None
+
+    def max_bubble(self, i: int) -> float:
+        return max(self.most_bubble, self.max_approved - self.approved[i])
+
+    def put(self, kind: int, lane: int, i: int) -> None:
+        counts = self.count[i][kind]
+        j = counts[lane]
+        if j >= self.m:
+            raise _Stuck
+        s = self.stage[i][kind][lane]
+        cost = self.cost[kind][s]
+        free = self.cur[i] + cost
+        finish = free
+        if kind != _W:
+            src = self.source[i][lane]
+            if src >= 0:
+                ends = self.ends[src][kind][lane]
+                if j >= len(ends):
+                    raise _Stuck
+                finish = max(free, ends[j] + self.comm + cost)
+            elif kind or lane:  # the turn of the V: its input is on this device
+                turn = (_F, 0) if kind == _F else ((_F, 1) if lane == 0 else (_B, 0))
+                if self.count[i][turn[0]][turn[1]] <= j:
+                    raise _Stuck
+            self.ends[i][kind][lane].append(finish)
+            if kind == _B:
+                self.pending[i].append(lane)
+        if finish > free and self.count[i][_F][0] > 0:
+            self.bubble[i] += finish - free
+            if self.bubble[i] > self.most_bubble:
+                self.most_bubble = self.bubble[i]
+        if finish > self.give_up:
+            raise _Stuck
+        self.cur[i] = finish
+        self.mem[i] += self.delta[kind][s]
+        if self.mem[i] > self.limit:
+            raise _Stuck
+        counts[lane] = j + 1
+        self.orders[i].append((kind, s, j))
+
+    def put_w(self, i: int) -> None:
+        if self.next_w[i] >= len(self.pending[i]):
+            raise _Stuck
+        lane = self.pending[i][self.next_w[i]]
+        self.next_w[i] += 1
+        self.put(_W, lane, i)
+
+    def has_w(self, i: int) -> bool:
+        return self.next_w[i] < len(self.pending[i])
+
+    def fits(self, i: int, kind: int, lane: int) -> bool:
+        return self.mem[i] + self.delta[kind][self.stage[i][kind][lane]] <= self.limit
+
+    def room_for(self, i: int, kind: int, lane: int) -> None:
+        s = self.stage[i][kind][lane]
+        while self.mem[i] + self.delta[kind][s] > self.limit:
+            self.put_w(i)
+
+    def fill_wait(self, i: int, arrival: float | None, switch: str | None) -> None:
+        """W's that fit before the input arrives; one more when the wait is long (and ``switch`` is on)."""
+        if arrival is None:
+            return
+        arrival += self.comm
+        pending, w_cost, w_stage, cur = self.pending[i], self.cost[_W], self.stage[i][_W], self.cur
+        while self.next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[self.next_w[i]]]]:
+            self.put_w(i)
+        if self.next_w[i] < len(pending) and arrival - cur[i] > self.max_bubble(i) - self.bubble[i]:
+            if switch:
+                self.mattered.add(switch)
+            if switch is None or getattr(self, switch):
+                self.put_w(i)
+
+    def warm_up(self) -> None:
+        d, m = self.d, self.m
+        for i in range(d):
+            self.put(_F, 0, i)
+        for i in range(d - 1, -1, -1):
+            if i < d - 1:
+                arrival = self.placed(i + 1, _F, 1, 0) + self.comm
+                while (self.mem[i] + self.f_room * (2 + 2 * i) <= self.limit
+                       and self.cur[i] + self.cost[_F][i] <= arrival and self.count[i][_F][0] < m - i):
+                    for j in range(i + 1):
+                        self.put(_F, 0, j)
+            self.put(_F, 1, i)
+        lane = 0
+        for i in range(1, d):
+            def behind() -> bool:
+                here, there = self.count[i][_F], self.count[i - 1][_F]
+                return here[0] + here[1] < there[0] + there[1] or here[1] <= there[1] < m
+            idle_sweeps = 0
+            while behind() and idle_sweeps < 2:
+                # on uneven costs a device may run out of memory before catching up (the reference
+                # would fail there): it then skips, and the steady state takes over
+                idle_sweeps += 1
+                for j in range(d - 1, i - 1, -1):
+                    if self.count[j][_F][lane] < m and self.fits(j, _F, lane):
+                        self.put(_F, lane, j)
+                        idle_sweeps = 0
+                lane = 1 - lane
+
+    def steady(self) -> None:
+        d, m = self.d, self.m
+        for i in range(d):
+            self.room_for(i, _B, 0)
+        first, second = [], []
+        for i in range(d):
+            done0, done1 = self.count[i][_B]
+            if done1 >= done0:
+                second.append(i)
+            elif i == d - 1 or self.placed(i + 1, _B, 1, done1) is not None or done0 >= m:
+                first.append(i)
+            else:
+                second.append(i)
+        for i, lane in [(i, 1) for i in reversed(first)] + [(i, 0) for i in second]:
+            j = self.count[i][_B][lane]
+            src = i + 1 if lane == 1 else i - 1
+            arrival = self.placed(src, _B, lane, j) if 0 <= src < d else None
+            self.fill_wait(i, arrival, None if lane == 1 else "fill_b")
+            self.put(_B, lane, i)
+        for i in range(d):
+            f0, f1 = self.count[i][_F]
+            if f1 >= m:
+                continue
+            if f1 >= f0:
+                lane = 0
+            elif i == d - 1 or self.placed(i + 1, _F, 1, f1) is not None:
+                lane = 1
+            elif f0 < m and (i == 0 or self.placed(i - 1, _F, 0, f0) is not None):
+                lane = 0
+            else:
+                continue
+            self.room_for(i, _F, lane)
+            src = i + 1 if lane == 1 else i - 1
+            arrival = self.placed(src, _F, lane, self.count[i][_F][lane]) if 0 <= src < d else None
+            self.fill_wait(i, arrival, "fill_f")
+            self.put(_F, lane, i)
+
+    def build(self) -> VRun:
+        self.warm_up()
+        for _ in range(2 * self.m):
+            self.steady()
+        for i in range(self.d):
+            while self.has_w(i):
+                self.put_w(i)
+        return VRun(max(self.cur), max(self.bubble), tuple(self.bubble), self.orders)
+
+
+def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
+    """Every run the heuristic makes within ``limit`` per device (those that got stuck left out).
+
+    Each pair of switches starts a chain of runs; a chain whose switches agree with
+    an earlier chain's on every switch that chain consulted repeats it and is skipped.
+    The heuristic is defined for two chunks per device: with any other count there are none.
+    """
+    runs: list[VRun] = []
+    if problem.chunks != 2 or not problem.split_backward:
+        return runs
+    chains: list[tuple[dict[str, bool], set[str]]] = []
+    # past SMALL_OPS a run stops once it is slower than the fastest so far (ending its chain)
+    prune = 3 * problem.num_stages * problem.microbatches > SMALL_OPS
+    for fill_b, fill_f in itertools.product((True, False), repeat=2):
+        switches = {"fill_b": fill_b, "fill_f": fill_f}
+        if any(all(switches[k] == other[k] for k in used) for other, used in chains):
+            continue
+        consulted: set[str] = set()
+        chains.append((switches, consulted))
+        approved = None
+        for _ in range(_RERUNS):
+            give_up = min((r.makespan for r in runs), default=float("inf")) if prune else float("inf")
+            builder = _Builder(problem, limit, fill_b, fill_f, approved, give_up)
+            try:
+                run = builder.build()
+            except _Stuck:
+                break
+            finally:
+                consulted |= builder.mattered
+            runs.append(run)
+            if approved is not None and run.max_bubble >= max(approved):
+                break
+            approved = run.bubble
+    return runs
+
+
+def zbv_orders(problem: Problem, limit: float) -> list[list[Op]] | None:
+    """The fastest order the heuristic finds within ``limit`` per device, or None."""
+    runs = zbv_runs(problem, limit)
+    if not runs:
+        return None
+    best = min(runs, key=lambda r: r.makespan)
+    make = (F, B, W)
+    return [[make[kind](s, j) for kind, s, j in order] for order in best.orders]
