@@ -28,6 +28,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+from ppsolve.dependencies import dependents_table
 from ppsolve.errors import DeadlockError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -127,6 +128,10 @@ class _ListScheduler:
         p, S, D, m = self.p, self.S, self.D, self.m
         dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
         need = self.need
+        unit = self.policy.unit
+        after = dependents_table(p, p.kinds)  # (kind, stage) -> compute ops that wait for it, with lags
+        for key in [(k, st) for k in p.kinds for st in range(S)]:
+            after.setdefault(key, ())
         limit, amount, split = self.limit, self.amount, self.split
         forward_first, lean = self.policy.forward_first, self.policy.lean
         new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
@@ -258,11 +263,9 @@ class _ListScheduler:
                     idle[d] = True
                     touched.add(d)
                     unusable[d] = 0.0
+                    for nkind, ns, lag in after[(kind, s)]:  # rules 1-4, from the one dependency table
+                        make_ready(nkind, ns, j, t + (0.0 if unit else lag))
                     if kind is _F:
-                        if s == S - 1:
-                            make_ready(_B, s, j, t)
-                        else:
-                            make_ready(_F, s + 1, j, t + lat[s])
                         if amount[s] > 0:
                             orders[d].append(Op(_OFF, s, j))
                             amounts[(s, j)] = amount[s]
@@ -270,16 +273,14 @@ class _ListScheduler:
                             push(t, _XREADY, _OFF, s, j)
                     elif kind is _B:
                         level[d] -= act[s] - hold[s]
-                        if split:
-                            make_ready(_W, s, j, t)
-                        if s > 0:
-                            make_ready(_B, s - 1, j, t + lat[s - 1])
                         if reload_wait[d]:
                             try_reload(d, t)
-                    else:
+                    elif kind is _W:
                         level[d] -= hold[s]
                         if reload_wait[d]:
                             try_reload(d, t)
+                    else:
+                        raise ValueError(f"the list scheduler has no rule for op kind {kind!r}")
                 elif code == _READY:
                     make_ready(kind, s, j, t)
                 elif code == _XREADY:
