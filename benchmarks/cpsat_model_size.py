@@ -17,7 +17,7 @@ import sys
 import time
 
 from ppsolve.problem import load_problem
-from ppsolve.solvers.cpsat.scaling import build_scaling
+from ppsolve.solvers.scaling import build_scaling
 
 cpsat = importlib.import_module("ppsolve.solvers.cpsat.solve")
 

@@ -11,8 +11,8 @@ from ppsolve.errors import DeadlockError, InfeasibleError, InputError
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.solvers.cpsat import SolveOptions, solve
-from ppsolve.solvers.cpsat.scaling import build_scaling
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.scaling import build_scaling
 from tests.helpers import make_problem
 
 FAST = SolveOptions(time_limit=10, threads=2)
@@ -200,7 +200,7 @@ def test_never_worse_than_warm_start():
 
 
 def test_fifo_relabel_keeps_times_and_validity():
-    from ppsolve.solvers.cpsat.warm_start import fifo_relabel
+    from ppsolve.solvers.warm_start import fifo_relabel
 
     problem = make_problem(devices=2, microbatches=3, memory_capacity=2)
     # Microbatches run in the order 2, 0, 1: a valid schedule that breaks FIFO.

@@ -1,4 +1,4 @@
-"""``ppsolve solve PROBLEM.json -o SCHEDULE.json``: an optimal (or best found) schedule with CP-SAT."""
+"""``ppsolve solve PROBLEM.json -o SCHEDULE.json``: an optimal (or best found) schedule (CP-SAT or MILP)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,23 @@ import os
 import sys
 
 from ppsolve.problem import load_problem
+from ppsolve.solvers.solve import BACKENDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "solve", help="find an optimal schedule with CP-SAT (order, timing, selective offload) and prove its bound",
+        "solve", help="find an optimal schedule (order, timing, selective offload) and prove its bound",
         description="Exit 0: schedule written; 2: bad input; 3: infeasible (says the least capacity that could "
                     "work); 4: no schedule found within the time limit. Ctrl-C writes the best schedule so far.")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("-o", "--output", required=True, help="schedule file to write (ppsolve/schedule@1)")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds of search (default 60)")
+    parser.add_argument("--solver", choices=tuple(BACKENDS), default="cpsat",
+                        help="the model: cpsat (OR-Tools CP-SAT, default) or milp (PuLP + HiGHS)")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                        help="seconds for the whole run, warm start included (default 60)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CP-SAT workers (default: all cores); 1 is deterministic for a given --seed")
+                        help="solver threads (default: all cores); 1 is deterministic for a given --seed "
+                             "and ends within 2 x the time limit + 5 s")
     parser.add_argument("--seed", type=int, default=0, metavar="K", help="random seed (default 0)")
     parser.add_argument("--objective", choices=("makespan", "memory"), default="makespan",
                         help="makespan (default; then the least offload) or memory (least peak under a makespan limit)")
@@ -43,11 +48,11 @@ def _limit(text: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppsolve.solvers.cpsat import SolveOptions, solve
+    from ppsolve.solvers import SolveOptions, solve
 
     problem = load_problem(args.problem)
     result = solve(problem, SolveOptions(
-        time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
+        solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
         makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start, quiet=args.quiet,
         ignore_capacity=args.ignore_capacity, stream=sys.stderr))
     schedule = result.schedule  # solve() returns only schedules that passed the checker

@@ -8,7 +8,7 @@ from ortools.sat.python import cp_model
 
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
-from ppsolve.solvers.cpsat.scaling import Scaling
+from ppsolve.solvers.scaling import Scaling
 
 Key = tuple[int, int]  # (stage, microbatch)
 

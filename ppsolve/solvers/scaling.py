@@ -1,4 +1,4 @@
-"""All integer scaling of times and memory for the CP-SAT model, in one place.
+"""All integer scaling of times and memory of the solver models (CP-SAT and MILP), in one place.
 
 CP-SAT works on integers. Every time the model uses (compute durations, the
 p2p latency, transfer durations ``max_offload(s) / bandwidth``) is multiplied

@@ -1,0 +1,134 @@
+"""The solver-agnostic types: options, statuses, phases, what a backend is asked and what it answers.
+
+A backend (``ppsolve.solvers.cpsat``, ``ppsolve.solvers.milp``) implements one
+function, ``run_phase(task: PhaseTask) -> PhaseAnswer``: build its model of the
+problem for one phase (variables, constraints, objective, from the one
+dependency table and the one :class:`~ppsolve.solvers.scaling.Scaling`),
+search within the task's limit, and return its solutions as scheduled ops.
+Everything else (warm start, the order of phases, the time budget, turning
+solutions into checked schedules, progress) is in ``ppsolve.solvers.solve``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+from ppsolve.errors import PpsolveError
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.solvers.scaling import Scaling
+
+if TYPE_CHECKING:
+    from ppsolve.solvers.budget import Budget, Limit
+    from ppsolve.solvers.progress import Progress
+
+OBJECTIVES = ("makespan", "memory")
+
+
+class NoSolutionError(PpsolveError):
+    """The time limit passed before any schedule was found."""
+
+    exit_code = 4
+
+
+class Status(enum.Enum):
+    """What a search established.
+
+    OPTIMAL: the best solution is proven optimal for the model. FEASIBLE: solutions, no proof.
+    INFEASIBLE: the model has no solution (within the given horizon). UNKNOWN: the limit
+    passed with no solution and no proof.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNKNOWN = "unknown"
+
+    @property
+    def solved(self) -> bool:
+        return self in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+class Phase(enum.Enum):
+    """MAKESPAN: min C. OFFLOAD: min offloaded amount s.t. C <= cap. MEMORY: min max peak (then the
+    sum of peaks) s.t. C <= cap (or no cap)."""
+
+    MAKESPAN = "makespan"
+    OFFLOAD = "offloaded"
+    MEMORY = "peak"
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How to solve.
+
+    ``time_limit`` is the whole run's wall clock (warm start and model building included).
+    ``threads=1`` with a ``seed`` is deterministic: the search phases then get deterministic
+    limits derived from ``time_limit`` and the run ends within ``2 * time_limit + 5`` s.
+    ``symmetry`` and ``offload`` exist for experiments and tests.
+    """
+
+    solver: str = "cpsat"
+    time_limit: float = 60.0
+    threads: int | None = None
+    seed: int = 0
+    objective: str = "makespan"
+    makespan_limit: float | str | None = None
+    warm_start: str = "auto"
+    quiet: bool = True
+    ignore_capacity: bool = False
+    symmetry: bool = True
+    offload: bool = True
+    stream: TextIO | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        return self.threads == 1
+
+
+@dataclass
+class SolveResult:
+    schedule: Schedule
+    status: str  # "optimal" or "feasible" (the schedule file's method.status)
+    lower_bound: float
+    gap: float
+    seconds: float
+    interrupted: bool = False
+    from_warm_start: bool = False
+    warm_start: Schedule | None = None
+    model_bound: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PhaseTask:
+    """One phase for a backend. Times in model units (``scaling``).
+
+    ``horizon``: a makespan known to be reachable (tightens the model; None: the trivial one).
+    ``makespan_cap``: OFFLOAD and MEMORY phases keep C <= cap. ``hint``: a schedule to start from.
+    ``budget.check()`` is called while building (raises ``TimeUp``); ``limit`` bounds the search.
+    """
+
+    problem: Problem
+    scaling: Scaling
+    phase: Phase
+    options: SolveOptions
+    budget: "Budget"
+    limit: "Limit"
+    progress: "Progress"
+    horizon: int | None = None
+    makespan_cap: int | None = None
+    hint: Schedule | None = None
+
+
+@dataclass
+class PhaseAnswer:
+    """Solutions as scheduled ops in the user's units, best last; ``bound`` on the phase's
+    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one."""
+
+    status: Status
+    solutions: list[list[ScheduledOp]] = field(default_factory=list)
+    bound: int | None = None
+    interrupted: bool = False
