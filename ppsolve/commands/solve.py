@@ -8,7 +8,7 @@ import os
 import sys
 
 from ppsolve.problem import load_problem
-from ppsolve.solvers.solve import BACKENDS
+from ppsolve.solvers.phases import BACKENDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

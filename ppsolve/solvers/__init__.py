@@ -13,7 +13,7 @@ from ppsolve.methods import Method, RunOptions, register
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 from ppsolve.solvers.api import NoSolutionError, SolveOptions, SolveResult, Status
-from ppsolve.solvers.solve import BACKENDS, solve
+from ppsolve.solvers.phases import BACKENDS, solve
 
 __all__ = ["BACKENDS", "NoSolutionError", "SolveOptions", "SolveResult", "Status", "solve"]
 
@@ -25,7 +25,7 @@ DESCRIPTIONS = {
 
 def _why_not(name: str):
     def why_not(problem: Problem) -> str | None:
-        from ppsolve.solvers.solve import load_backend
+        from ppsolve.solvers.phases import load_backend
         from ppsolve.errors import NotApplicableError
 
         try:

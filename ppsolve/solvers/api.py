@@ -6,7 +6,7 @@ problem for one phase (variables, constraints, objective, from the one
 dependency table and the one :class:`~ppsolve.solvers.scaling.Scaling`),
 search within the task's limit, and return its solutions as scheduled ops.
 Everything else (warm start, the order of phases, the time budget, turning
-solutions into checked schedules, progress) is in ``ppsolve.solvers.solve``.
+solutions into checked schedules, progress) is in ``ppsolve.solvers.solve`` (in ``ppsolve.solvers.phases``).
 """
 
 from __future__ import annotations

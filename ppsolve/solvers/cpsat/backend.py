@@ -21,6 +21,7 @@ from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
 from ppsolve.solvers.budget import Limit
 from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.variables import Variables, build_variables
+from ppsolve.solvers.scaling import peak_ranges
 
 NAME = "cpsat"
 
@@ -55,12 +56,9 @@ def _build(task: PhaseTask) -> _Model:
     budget.check()
     m = _Model(model, v)
     if task.phase is Phase.MEMORY:
-        for d in range(problem.devices):
-            need = sum(scaling.activation[s] for s in problem.stages_of_device[d]) * problem.microbatches
-            cap = scaling.capacity[d]
-            low = max(scaling.activation[s] for s in problem.stages_of_device[d])
-            m.peak_upper.append(max(low, need if cap is None else min(need, cap)))
-            m.peaks.append(model.new_int_var(low, m.peak_upper[-1], f"peak_{d}"))
+        for d, (low, high) in enumerate(peak_ranges(problem, scaling)):
+            m.peak_upper.append(high)
+            m.peaks.append(model.new_int_var(low, high, f"peak_{d}"))
         constraints.memory(v, m.peaks)
     else:
         constraints.memory(v, scaling.capacity)
