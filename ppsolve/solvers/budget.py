@@ -56,8 +56,9 @@ class Budget:
         return max(0.0, self.deadline - self.reserve - time.monotonic())
 
     def remaining(self) -> float:
-        """Seconds until the whole run must end (what the progress line shows)."""
-        return max(0.0, self.t0 + self.time_limit - time.monotonic())
+        """Seconds until the run must end (what the progress line shows): the time limit, or in
+        deterministic mode the wall-clock guard."""
+        return max(0.0, self.deadline - time.monotonic())
 
     def note_check_seconds(self, seconds: float) -> None:
         """One check of a schedule took ``seconds``: keep room for a few at the end (at most 30%)."""

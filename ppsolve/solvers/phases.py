@@ -110,8 +110,12 @@ class _Run:
             answer = PhaseAnswer(Status.UNKNOWN)
         except KeyboardInterrupt:  # while building (a search stops itself and says interrupted)
             answer = PhaseAnswer(Status.UNKNOWN, interrupted=True)
-        finally:
-            self.progress.end_phase()
+        if answer.bound is not None:
+            self.progress.update(bound=answer.bound)  # a proof found without a callback (e.g. in presolve)
+        self.progress.end_phase()
+        if limit.deterministic is not None and answer.status is not Status.OPTIMAL and self.budget.left() <= 0.01:
+            self.notes.append(f"the wall-clock guard (2 x time limit + 5 s) stopped the {phase.value} search "
+                              "before its deterministic limit: this run may not be reproducible")
         self.interrupted = self.interrupted or answer.interrupted
         return answer
 

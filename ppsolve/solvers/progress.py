@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from typing import Callable, TextIO
 
 from ppsolve.solvers.budget import Budget

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import pulp
@@ -26,7 +27,7 @@ from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
 NAME = "milp"
-NODES_PER_DETERMINISTIC_SECOND = 200  # the node limit of a deterministic search
+NODES_PER_DETERMINISTIC_SECOND = 10  # the node limit of a deterministic search (HiGHS has no work limit)
 EPS = 1e-6
 
 
@@ -38,8 +39,14 @@ def _highs_available() -> bool:
     return pulp.HiGHS().available()
 
 
+def _cbc(**kwargs):
+    with warnings.catch_warnings():  # PuLP 3 deprecates the bundled CBC for PuLP 4; it still ships it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(**kwargs)
+
+
 def why_not() -> str | None:
-    if _highs_available() or pulp.PULP_CBC_CMD(msg=False).available():
+    if _highs_available() or _cbc(msg=False).available():
         return None
     return "neither HiGHS (pip install highspy) nor CBC is available to PuLP"
 
@@ -80,7 +87,7 @@ def _build(task: PhaseTask) -> _Model:
     m = _Model(v)
     if task.phase is Phase.MEMORY:
         ranges = peak_ranges(problem, scaling)
-        m.peaks = [pulp.LpVariable(f"peak_{d}", low, high, pulp.LpInteger) for d, (low, high) in enumerate(ranges)]
+        m.peaks = [v.integer(f"peak_{d}", low, high) for d, (low, high) in enumerate(ranges)]
         constraints.memory(v, m.peaks, budget.check)
     elif any(c is not None for c in scaling.capacity):
         constraints.memory(v, scaling.capacity, budget.check)
@@ -191,6 +198,14 @@ class _HiGHS(pulp.HiGHS):
         h.cbMipInterrupt.subscribe(interrupt)
         h.run()
 
+    def findSolutionValues(self, lp):
+        try:
+            return super().findSolutionValues(lp)
+        except KeyError:  # a status PuLP does not map (kSolutionLimit: the node limit); values are read
+            found = lp.solverModel.getInfo().primal_solution_status == 2
+            return (pulp.LpStatusNotSolved,
+                    pulp.LpSolutionIntegerFeasible if found else pulp.LpSolutionNoSolutionFound)
+
 
 def _solver(task: PhaseTask, m: _Model, start: dict[str, float], record, stop: threading.Event):
     limit, options = task.limit, task.options
@@ -204,7 +219,7 @@ def _solver(task: PhaseTask, m: _Model, start: dict[str, float], record, stop: t
     for var in m.v.lp.variables():
         if var.name in start:
             var.setInitialValue(start[var.name])
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(limit.seconds)), threads=threads,
+    return _cbc(msg=False, timeLimit=max(1, math.ceil(limit.seconds)), threads=threads,
                              warmStart=bool(start), gapRel=0.0, gapAbs=1 - EPS,
                              options=[f"randomSeed {options.seed + 1}"])
 

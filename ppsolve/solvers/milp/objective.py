@@ -22,7 +22,7 @@ def minimise_peak(v: Variables, peaks: list, uppers: list[int], makespan_cap: in
     """min (max_d P_d) * (sum of upper bounds + 1) + sum_d P_d subject to C <= makespan_cap, with
     P_d the bound of device d's memory constraints (hence at least its peak); returns the weight."""
     v.lp += v.makespan <= makespan_cap
-    worst = pulp.LpVariable("max_peak", 0, max(uppers), pulp.LpInteger)
+    worst = v.integer("max_peak", 0, max(uppers))
     for p in peaks:
         v.lp += worst >= p
     weight = sum(uppers) + 1

@@ -100,9 +100,12 @@ class Variables:
             return 0
         raise KeyError(f"no order between {a} and {b}")
 
+    def integer(self, name: str, low: int, high: int) -> pulp.LpVariable:
+        return self.lp.add_variable(name, low, high, cat=pulp.LpInteger)
+
     def binary(self, name: str) -> pulp.LpVariable:
         self.binaries += 1
-        return pulp.LpVariable(name, cat=pulp.LpBinary)
+        return self.lp.add_variable(name, cat=pulp.LpBinary)
 
 
 def _name(op: Op) -> str:
@@ -117,7 +120,7 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
     """
     v = Variables(lp, problem, scaling, horizon, symmetry)
     for op in problem.compute_ops():
-        v.start[op] = pulp.LpVariable(f"S_{_name(op)}", 0, max(0, horizon - v.dur(op)), pulp.LpInteger)
+        v.start[op] = v.integer(f"S_{_name(op)}", 0, max(0, horizon - v.dur(op)))
     per_device: dict[int, list[Op]] = {}
     for op in v.start:
         per_device.setdefault(problem.placement[op.stage], []).append(op)
@@ -135,7 +138,7 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
             for j in range(problem.microbatches):
                 v.transfers[(s, j)] = Transfer(
                     v.binary(f"x_{s}_{j}"), amount,
-                    pulp.LpVariable(f"O_{s}_{j}", 0, max(0, horizon - d_off), pulp.LpInteger),
-                    pulp.LpVariable(f"R_{s}_{j}", 0, max(0, horizon - d_rel), pulp.LpInteger), d_off, d_rel)
-    v.makespan = pulp.LpVariable("makespan", 0, horizon, pulp.LpInteger)
+                    v.integer(f"O_{s}_{j}", 0, max(0, horizon - d_off)),
+                    v.integer(f"R_{s}_{j}", 0, max(0, horizon - d_rel)), d_off, d_rel)
+    v.makespan = v.integer("makespan", 0, horizon)
     return v
