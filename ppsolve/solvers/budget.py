@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 WARM_START_SHARE = 0.2  # of the time limit
-RESERVE_SHARE = 0.05  # of the time limit, at least, kept for realising and checking the answer
+RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking the answer
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
 MIN_SEARCH = 0.05  # seconds: a search is never given less
 

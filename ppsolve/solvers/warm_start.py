@@ -19,6 +19,7 @@ our own are always tried as well:
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable, Iterator
 
@@ -162,13 +163,15 @@ def acceptable(schedule: Schedule) -> bool:
     return check(schedule).ok
 
 
-def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False) -> list[Schedule]:
-    """Our own plans, each as listed and, when it offloads, with every forward waiting for the
-    offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
-    made lazily and the loop stops once ``until()`` is true (after at least one plan)."""
+def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
+                    plans: Iterator[tuple[str, Callable[[], list[list[Op]]]]] | None = None,
+                    at_least_one: bool = True) -> list[Schedule]:
+    """Our own plans (``plans``, default all), each as listed and, when it offloads, with every forward
+    waiting for the offloads before it (contract v2), which lowers the peak of back-to-back forwards.
+    Plans are made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``)."""
     out: list[Schedule] = []
-    for name, make in _own_plans(problem):
-        if out and until():
+    for name, make in _own_plans(problem) if plans is None else plans:
+        if (out or not at_least_one) and until():
             break
         try:
             orders = make()
@@ -214,8 +217,13 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
     def until() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
-    candidates = own_warm_starts(problem, until) if choice == "auto" else []
-    candidates += baseline_warm_starts(problem, choice, time_limit, until)
+    if choice != "auto":
+        candidates = baseline_warm_starts(problem, choice, time_limit, until)
+    else:  # the serial plan (always valid, cheap), then the baselines (fast generators), then our other plans
+        plans = _own_plans(problem)
+        candidates = own_warm_starts(problem, until, itertools.islice(plans, 1))
+        candidates += baseline_warm_starts(problem, choice, time_limit, until)
+        candidates += own_warm_starts(problem, until, plans, at_least_one=False)
     if not candidates:
         return None
     return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))

@@ -52,6 +52,7 @@ def precedences(v: Variables) -> None:
                 continue  # an optional dependency on a transfer the model does not have
             lag = v.scaling.time(dep.lag)
             x = chosen if chosen is not None else dep_chosen
+            v.tick()
             if x is None:
                 v.lp += start >= end + lag
             else:
@@ -63,6 +64,7 @@ def device_no_overlap(v: Variables) -> None:
     S(b) >= E(a) - H(1 - y[a,b]) and S(a) >= E(b) - H y[a,b]."""
     H = v.horizon
     for (a, b), y in v.order.items():
+        v.tick()
         v.lp += v.start[b] >= v.end(a) - H * (1 - y)
         v.lp += v.start[a] >= v.end(b) - H * y
 
@@ -82,6 +84,7 @@ def transfers(v: Variables) -> None:
         for (a, ta), (b, tb) in combinations(lane, 2):
             if ta is tb:
                 continue
+            v.tick()
             sa, _ = _time(v, a, False)
             sb, _ = _time(v, b, False)
             ea, _ = _time(v, a, True)
@@ -117,6 +120,7 @@ def memory(v: Variables, capacity: Sequence, check: Callable[[], None] = lambda:
         items = [(s, j) for s in stages for j in range(p.microbatches)]
         big = sum(sc.activation[s] for s in stages) * p.microbatches
         for e in items:
+            check()
             fe = Op(_F, *e)
             v.lp += _memory_at_forward(v, fe, items) <= cap
             te = v.transfers.get(e)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Callable
 
 import pulp
 
@@ -81,6 +82,14 @@ class Variables:
     transfers: dict[Key, Transfer] = field(default_factory=dict)
     makespan: pulp.LpVariable | None = None
     binaries: int = 0
+    check: Callable[[], None] = lambda: None  # the time budget's check (raises when time is up)
+    _ticks: int = 0
+
+    def tick(self) -> None:
+        """Called once per constraint or variable added; checks the clock every 1000."""
+        self._ticks += 1
+        if self._ticks % 1000 == 0:
+            self.check()
 
     def dur(self, op: Op) -> int:
         return self.scaling.duration[(op.kind, op.stage)]
@@ -118,7 +127,7 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
 
     ``check`` is called now and then (the time budget raises from it).
     """
-    v = Variables(lp, problem, scaling, horizon, symmetry)
+    v = Variables(lp, problem, scaling, horizon, symmetry, check=check)
     for op in problem.compute_ops():
         v.start[op] = v.integer(f"S_{_name(op)}", 0, max(0, horizon - v.dur(op)))
     per_device: dict[int, list[Op]] = {}
@@ -129,6 +138,7 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
         for a, b in combinations(ops, 2):
             if not (implied_before(a, b, symmetry) or implied_before(b, a, symmetry)):
                 v.order[(a, b)] = v.binary(f"y_{_name(a)}_{_name(b)}")
+                v.tick()
     if offload and problem.offload is not None:
         for s in range(problem.num_stages):
             amount = scaling.offload_amount[s]
