@@ -30,11 +30,16 @@ class TimeUp(Exception):
 
 @dataclass(frozen=True)
 class Limit:
-    """How long a search may run: ``seconds`` of wall clock, and, in deterministic mode,
+    """How long a search may run: until ``until`` (``time.monotonic()``; model building counts,
+    so a backend asks :meth:`seconds` when its search starts), and, in deterministic mode,
     ``deterministic`` (seconds of deterministic work; a backend maps it to its own measure)."""
 
-    seconds: float
+    until: float
     deterministic: float | None = None
+
+    def seconds(self) -> float:
+        """Wall-clock seconds left for the search, from now."""
+        return max(MIN_SEARCH, self.until - time.monotonic())
 
 
 class Budget:
@@ -82,6 +87,7 @@ class Budget:
         inherits time the warm start did not use). Deterministic mode: ``share * time_limit`` of
         deterministic work, guarded by the wall clock until the deadline.
         """
+        end = self.deadline - self.reserve
         if self.deterministic:
-            return Limit(max(MIN_SEARCH, self.left()), max(MIN_SEARCH, share * self.time_limit))
-        return Limit(max(MIN_SEARCH, self.left() - keep * self.time_limit))
+            return Limit(end, max(MIN_SEARCH, share * self.time_limit))
+        return Limit(end - keep * self.time_limit)

@@ -181,7 +181,7 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
     params = solver.parameters
     params.random_seed = task.options.seed
     params.catch_sigint_signal = False  # Ctrl-C reaches Python, which stops the search (see run_phase)
-    params.max_time_in_seconds = limit.seconds
+    params.max_time_in_seconds = limit.seconds()
     if limit.deterministic is not None:
         params.num_workers = 1
         params.max_deterministic_time = limit.deterministic

@@ -168,8 +168,9 @@ def _derived(name: str, values, start, ends, times, m: _Model) -> float:
 class _HiGHS(pulp.HiGHS):
     """PuLP's HiGHS with a starting solution, callbacks for incumbents and bounds, and interruption."""
 
-    def __init__(self, start: dict[str, float], on_solution, on_bound, stop: threading.Event, **kwargs):
+    def __init__(self, start: dict[str, float], on_solution, on_bound, stop: threading.Event, limit, **kwargs):
         super().__init__(**kwargs)
+        self.limit = limit
         self.start = start
         self.on_solution = on_solution
         self.on_bound = on_bound
@@ -196,6 +197,7 @@ class _HiGHS(pulp.HiGHS):
 
         h.cbMipImprovingSolution.subscribe(improving)
         h.cbMipInterrupt.subscribe(interrupt)
+        h.setOptionValue("time_limit", self.limit.seconds())  # from now: handing the model over took time
         h.run()
 
     def findSolutionValues(self, lp):
@@ -214,12 +216,12 @@ def _solver(task: PhaseTask, m: _Model, start: dict[str, float], record, stop: t
         params = {"mip_rel_gap": 0.0, "mip_abs_gap": 1 - EPS, "random_seed": options.seed}
         if limit.deterministic is not None:
             params["mip_max_nodes"] = max(1, int(NODES_PER_DETERMINISTIC_SECOND * limit.deterministic))
-        return _HiGHS(start, record.solution, record.bound, stop, msg=False, timeLimit=limit.seconds,
+        return _HiGHS(start, record.solution, record.bound, stop, limit, msg=False,
                       threads=threads, **params)
     for var in m.v.lp.variables():
         if var.name in start:
             var.setInitialValue(start[var.name])
-    return _cbc(msg=False, timeLimit=max(1, math.ceil(limit.seconds)), threads=threads,
+    return _cbc(msg=False, timeLimit=max(1, math.floor(limit.seconds())), threads=threads,
                              warmStart=bool(start), gapRel=0.0, gapAbs=1 - EPS,
                              options=[f"randomSeed {options.seed + 1}"])
 
