@@ -1,9 +1,9 @@
 """The schedule a solver backend starts from: the best applicable baseline, else simple orders.
 
 A warm start must pass the checker and respect the capacity; among those the
-shortest wins. Candidates are tried one after another (our serial plan first, so
-there is one whenever it is valid) until a deadline, and the rest are skipped:
-a warm start that cannot finish in its share of the time is cut short.
+shortest wins. Candidates are tried one after another (the baselines, then our
+plans, serial first) until a deadline, and the rest are skipped: a warm start
+that cannot finish in its share of the time is cut short (once one exists).
 Baselines come from the method registry (family "baseline"),
 so this works whether or not any baseline is installed; two simple plans of
 our own are always tried as well:
@@ -19,7 +19,6 @@ our own are always tried as well:
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Callable, Iterator
 
@@ -164,13 +163,12 @@ def acceptable(schedule: Schedule) -> bool:
 
 
 def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
-                    plans: Iterator[tuple[str, Callable[[], list[list[Op]]]]] | None = None,
                     at_least_one: bool = True) -> list[Schedule]:
-    """Our own plans (``plans``, default all), each as listed and, when it offloads, with every forward
-    waiting for the offloads before it (contract v2), which lowers the peak of back-to-back forwards.
-    Plans are made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``)."""
+    """Our own plans, each as listed and, when it offloads, with every forward waiting for the
+    offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
+    made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``)."""
     out: list[Schedule] = []
-    for name, make in _own_plans(problem) if plans is None else plans:
+    for name, make in _own_plans(problem):
         if (out or not at_least_one) and until():
             break
         try:
@@ -219,11 +217,9 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
 
     if choice != "auto":
         candidates = baseline_warm_starts(problem, choice, time_limit, until)
-    else:  # the serial plan (always valid, cheap), then the baselines (fast generators), then our other plans
-        plans = _own_plans(problem)
-        candidates = own_warm_starts(problem, until, itertools.islice(plans, 1))
-        candidates += baseline_warm_starts(problem, choice, time_limit, until)
-        candidates += own_warm_starts(problem, until, plans, at_least_one=False)
+    else:  # the baselines (fast generators, good orders), then our plans, serial first (valid, cheap)
+        candidates = baseline_warm_starts(problem, choice, time_limit, until)
+        candidates += own_warm_starts(problem, until, at_least_one=not candidates)
     if not candidates:
         return None
     return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))
