@@ -12,4 +12,5 @@ $PY -m ppsolve bench instances/suite/vsh2-d8-m16-split-cap1.json --methods zb-v 
 $PY -m ppsolve plot docs/example/schedules/vsh2-d8-m16-split-cap1/zb-v.json -o docs/images/gantt-zb-v-d8-m16.png
 $PY -m ppsolve solve instances/example.json -o docs/example/example-cpsat.json --time-limit 30 --threads 1 --seed 0 --quiet
 $PY -m ppsolve plot docs/example/example-cpsat.json -o docs/images/gantt-example-cpsat.png
+$PY benchmarks/solver_compare.py --time-limit 20 --out docs/bench/solver_compare.md
 $PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --out BENCHMARKS.md
