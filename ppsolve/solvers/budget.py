@@ -70,9 +70,13 @@ class Budget:
         self.reserve = min(0.3 * self.time_limit, max(self.reserve, RESERVE_CHECKS * seconds))
 
     def warm_start_deadline(self) -> float:
-        """When the warm start stops trying candidates (monotonic clock)."""
+        """When the warm start, starting now, stops trying candidates (monotonic clock): its share
+        from now (what came before, such as importing the backend, does not eat it), at most until
+        half the time limit."""
         share = WARM_START_SHARE * self.time_limit
-        return self.t0 + (2 * share + 1 if self.deterministic else share)
+        if self.deterministic:
+            share = 2 * share + 1
+        return min(time.monotonic() + share, self.t0 + max(share, 0.5 * self.time_limit))
 
     def check(self) -> None:
         """Raise TimeUp when the run has no time left but its reserve (called while building models)."""
