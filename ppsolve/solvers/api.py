@@ -12,8 +12,9 @@ solutions into checked schedules, progress) is in ``ppsolve.solvers.solve`` (in 
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
@@ -132,3 +133,31 @@ class PhaseAnswer:
     solutions: list[list[ScheduledOp]] = field(default_factory=list)
     bound: int | None = None
     interrupted: bool = False
+
+
+def search_in_thread(search: Callable[[], Any], stop: Callable[[], None]) -> tuple[Any, bool]:
+    """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C call ``stop()``
+    (the backend's way to end its search) and wait for the search to return.
+
+    Returns (what ``search`` returned, or None after an interrupt that made it fail; interrupted).
+    """
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["value"] = search()
+        except BaseException as exc:  # re-raised in the calling thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    interrupted = False
+    thread.start()
+    while thread.is_alive():
+        try:
+            thread.join(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
+            stop()
+    if "error" in result and not interrupted:
+        raise result["error"]
+    return result.get("value"), interrupted

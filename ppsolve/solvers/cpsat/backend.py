@@ -9,7 +9,6 @@ CP-SAT's deterministic time.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -17,7 +16,7 @@ from ortools.sat.python import cp_model
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
-from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
+from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
 from ppsolve.solvers.budget import Limit
 from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.variables import Variables, build_variables
@@ -195,30 +194,11 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     _parameters(solver, task, task.limit)
     recorder = _Recorder(_key_vars(m), task, m.weight)
     solver.best_bound_callback = recorder.on_bound
-    result: dict = {}
-
-    def work():
-        try:
-            result["status"] = solver.solve(m.model, recorder)
-        except BaseException as exc:  # reported in the main thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=work, daemon=True)
-    interrupted = False
-    thread.start()
-    while thread.is_alive():
-        try:
-            thread.join(0.1)
-        except KeyboardInterrupt:
-            interrupted = True
-            solver.stop_search()
-    if "error" in result and not interrupted:
-        raise result["error"]
-    status = _STATUS.get(result.get("status", cp_model.UNKNOWN), Status.UNKNOWN)
+    code, interrupted = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search)
+    status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
     values = list(recorder.history)
+    bound = None
     if status.solved:
         values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
-    bound = None
-    if status.solved or status is Status.INFEASIBLE:
-        bound = int(recorder.primary(solver.best_objective_bound)) if status.solved else None
+        bound = int(recorder.primary(solver.best_objective_bound))
     return PhaseAnswer(status, [_model_ops(m, x) for x in values], bound, interrupted)

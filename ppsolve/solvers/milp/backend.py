@@ -21,7 +21,7 @@ import pulp
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
-from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
+from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
 from ppsolve.solvers.milp import constraints, objective
 from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
@@ -267,26 +267,8 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     record = _Record(task, m)
     stop = threading.Event()
     solver = _solver(task, m, start, record, stop)
-    result: dict = {}
-
-    def work():
-        try:
-            result["status"] = m.v.lp.solve(solver)
-        except BaseException as exc:  # reported in the main thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=work, daemon=True)
-    interrupted = False
-    thread.start()
-    while thread.is_alive():
-        try:
-            thread.join(0.1)
-        except KeyboardInterrupt:
-            interrupted = True
-            stop.set()
-    if "error" in result and not interrupted:
-        raise result["error"]
-    return _answer(m, record, result.get("status"), interrupted)
+    status, interrupted = search_in_thread(lambda: m.v.lp.solve(solver), stop.set)
+    return _answer(m, record, status, interrupted)
 
 
 def _answer(m: _Model, record: _Record, status, interrupted: bool) -> PhaseAnswer:
