@@ -110,6 +110,7 @@ class PhaseTask:
     ``horizon``: a makespan known to be reachable (tightens the model; None: the trivial one).
     ``makespan_cap``: OFFLOAD and MEMORY phases keep C <= cap. ``hint``: a schedule to start from.
     ``budget.check()`` is called while building (raises ``TimeUp``); ``limit`` bounds the search.
+    ``lower_bound``: a valid cut C >= lower_bound (computed once per solve).
     """
 
     problem: Problem
@@ -122,6 +123,7 @@ class PhaseTask:
     horizon: int | None = None
     makespan_cap: int | None = None
     hint: Schedule | None = None
+    lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
 
 
 @dataclass
@@ -161,3 +163,27 @@ def search_in_thread(search: Callable[[], Any], stop: Callable[[], None]) -> tup
     if "error" in result and not interrupted:
         raise result["error"]
     return result.get("value"), interrupted
+
+
+def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any, bool]:
+    """Run ``work()`` in a daemon thread and wait until it returns or ``give_up()`` is true (checked
+    every 50 ms). Python cannot stop a thread: one given up on runs on, unobserved, until the
+    process ends. Returns (what ``work`` returned, or None when given up on; given up)."""
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # re-raised in the calling thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    while not done.wait(0.05):
+        if give_up():
+            return None, True
+    if "error" in result:
+        raise result["error"]
+    return result.get("value"), False

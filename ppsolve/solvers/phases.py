@@ -27,11 +27,11 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
-                                 SolveResult, Status)
+                                 SolveResult, Status, wait_for)
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, shortest
 
 # The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
 BACKENDS = {
@@ -90,6 +90,7 @@ class _Run:
         self.interrupted = False
         self.use_offload = options.offload and problem.can_offload
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
+        self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
 
     def user_time(self, x: float) -> float:
@@ -101,8 +102,9 @@ class _Run:
     def phase(self, phase: Phase, limit: Limit, hint: Schedule | None, horizon: int | None = None,
               makespan_cap: int | None = None) -> PhaseAnswer:
         """Run one phase on the backend; building out of time gives UNKNOWN with a note."""
+        cut = self.scaling.time(self.lb) if self.scaling.exact else 0
         task = PhaseTask(self.problem, self.scaling, phase, self.options, self.budget, limit, self.progress,
-                         horizon, makespan_cap, hint)
+                         horizon, makespan_cap, hint, cut)
         try:
             answer = self.backend.run_phase(task)
         except TimeUp:
@@ -159,8 +161,15 @@ def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | No
 
 def _warm_start(run: _Run) -> Schedule | None:
     options, budget = run.options, run.budget
-    warm = best_warm_start(run.problem, options.warm_start,
-                           time_limit=max(1.0, 0.2 * options.time_limit), deadline=budget.warm_start_deadline())
+    found: list[Schedule] = []
+    deadline = budget.warm_start_deadline()
+    _, cut = wait_for(lambda: best_warm_start(run.problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
+                                              deadline, sink=found),
+                      lambda: time.monotonic() > budget.deadline - budget.reserve
+                      or (time.monotonic() > deadline and bool(found)))
+    warm = shortest(list(found))
+    if cut:
+        run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
     if warm is not None and options.symmetry:
         began = time.monotonic()
         warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking (checked again)
@@ -183,8 +192,7 @@ def _infeasible(problem: Problem) -> InfeasibleError:
 
 def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
     """Phase MAKESPAN: (best schedule, lower bound, proven)."""
-    sc = run.scaling
-    lb = makespan_lower_bound(run.problem).value
+    sc, lb = run.scaling, run.lb
     upper = sc.time(warm.makespan) if warm is not None and _representable(warm, sc, run.use_offload) else None
     run.progress.phase("makespan", "makespan", run.user_time, incumbent=warm.makespan if warm else None)
     answer = run.phase(Phase.MAKESPAN, run.budget.search(share, keep), warm, horizon=upper)
@@ -248,7 +256,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         if warm is None or options.objective == "memory":
             raise NoSolutionError("interrupted before any schedule was found") from None
         run.notes.append("interrupted outside the search; the warm start is the best so far")
-        final = _finish(run, warm, "feasible", makespan_lower_bound(problem).value, warm_start=warm.method.name)
+        final = _finish(run, warm, "feasible", run.lb, warm_start=warm.method.name)
         return SolveResult(final, "feasible", final.method.lower_bound, final.gap or 0.0, final.method.seconds,
                            True, True, warm, None, run.notes)
     finally:
@@ -259,7 +267,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     share = SHARE_MAKESPAN_BEFORE_OFFLOAD if run.use_offload else SHARE_MAKESPAN
     keep = SHARE_OFFLOAD if run.use_offload else 0.0
-    lb = makespan_lower_bound(run.problem).value
+    lb = run.lb
     best, lower, proven = _minimise_makespan(run, warm, share, keep)
     if best is not None and best.offloaded > 0 and not run.interrupted:
         best = _least_offload(run, best, SHARE_OFFLOAD)
@@ -283,7 +291,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
 def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     """The least largest peak (then the least sum) with the makespan at most the limit."""
     options, sc = run.options, run.scaling
-    lb = makespan_lower_bound(run.problem).value
+    lb = run.lb
     known = [warm] if warm is not None else []
     needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
     if needs_best:

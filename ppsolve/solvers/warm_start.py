@@ -209,20 +209,26 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
 
 
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
-                    deadline: float | None = None) -> Schedule | None:
+                    deadline: float | None = None, sink: list[Schedule] | None = None) -> Schedule | None:
     """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans,
-    trying candidates until ``deadline`` (``time.monotonic()``; None: all of them)."""
+    trying candidates until ``deadline`` (``time.monotonic()``; None: all of them). ``sink``, when
+    given, receives each group of candidates as soon as it exists (a caller that stops waiting
+    keeps what was found)."""
     def until() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
+    candidates = sink if sink is not None else []
     if choice != "auto":
-        candidates = baseline_warm_starts(problem, choice, time_limit, until)
+        candidates += baseline_warm_starts(problem, choice, time_limit, until)
     else:  # the baselines (fast generators, good orders), then our plans, serial first (valid, cheap)
-        candidates = baseline_warm_starts(problem, choice, time_limit, until)
+        candidates += baseline_warm_starts(problem, choice, time_limit, until)
         candidates += own_warm_starts(problem, until, at_least_one=not candidates)
-    if not candidates:
-        return None
-    return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))
+    return shortest(candidates)
+
+
+def shortest(candidates: list[Schedule]) -> Schedule | None:
+    """The warm start among candidates: least makespan, then least offloaded, then least peak."""
+    return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)), default=None)
 
 
 def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = False) -> list[list[Op]]:

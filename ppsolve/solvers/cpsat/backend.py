@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from ppsolve.bounds import makespan_lower_bound
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
@@ -46,7 +45,7 @@ def _build(task: PhaseTask) -> _Model:
     model = cp_model.CpModel()
     use_offload = options.offload and problem.can_offload
     upper = task.makespan_cap if task.makespan_cap is not None else task.horizon
-    v = build_variables(model, problem, scaling, use_offload, upper)
+    v = build_variables(model, problem, scaling, use_offload, upper, budget.check)
     budget.check()
     constraints.precedences(v)
     budget.check()
@@ -64,8 +63,7 @@ def _build(task: PhaseTask) -> _Model:
     budget.check()
     if options.symmetry:
         constraints.symmetry(v)
-    lb = scaling.time(makespan_lower_bound(problem).value) if scaling.exact else 0
-    constraints.makespan(v, min(lb, v.horizon), fifo=options.symmetry)
+    constraints.makespan(v, min(task.lower_bound, v.horizon), fifo=options.symmetry)
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OFFLOAD:

@@ -55,7 +55,7 @@ class Variables:
 
 
 def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, offload: bool,
-                    upper: int | None = None) -> Variables:
+                    upper: int | None = None, check=lambda: None) -> Variables:
     """Intervals for every compute op, and optional transfers where ``offload`` and a stage allows it.
 
     ``upper`` (a makespan known to be reachable) tightens the horizon.
@@ -64,7 +64,9 @@ def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling,
     if upper is not None:
         H = min(H, upper)
     v = Variables(model, problem, scaling, H)
-    for op in problem.compute_ops():
+    for index, op in enumerate(problem.compute_ops()):
+        if index % 1000 == 0:
+            check()  # the time budget (raises when model building runs out of time)
         dur = scaling.duration[(op.kind, op.stage)]
         name = f"{op.kind.value}_{op.stage}_{op.microbatch}"
         start = model.new_int_var(0, max(0, H - dur), f"s_{name}")

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from ppsolve.bounds import makespan_lower_bound
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
@@ -93,8 +92,7 @@ def _build(task: PhaseTask) -> _Model:
         constraints.memory(v, scaling.capacity, budget.check)
     budget.check()
     constraints.symmetry(v)
-    lb = scaling.time(makespan_lower_bound(problem).value) if scaling.exact else 0
-    constraints.makespan(v, min(lb, H))
+    constraints.makespan(v, min(task.lower_bound, H))
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OFFLOAD:
