@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
@@ -137,11 +138,14 @@ class PhaseAnswer:
     interrupted: bool = False
 
 
-def search_in_thread(search: Callable[[], Any], stop: Callable[[], None]) -> tuple[Any, bool]:
-    """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C call ``stop()``
-    (the backend's way to end its search) and wait for the search to return.
+def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
+                     grace: float = 0.5) -> tuple[Any, bool, bool]:
+    """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C, or once the
+    clock passes ``until`` (``time.monotonic()``), call ``stop()`` (the backend's way to end its
+    search); a search still running ``grace`` seconds after ``until`` is abandoned (it runs on,
+    unobserved: HiGHS does not read its clock while it presolves or repairs a start solution).
 
-    Returns (what ``search`` returned, or None after an interrupt that made it fail; interrupted).
+    Returns (what ``search`` returned, or None; interrupted by Ctrl-C; abandoned).
     """
     result: dict = {}
 
@@ -152,7 +156,7 @@ def search_in_thread(search: Callable[[], Any], stop: Callable[[], None]) -> tup
             result["error"] = exc
 
     thread = threading.Thread(target=work, daemon=True)
-    interrupted = False
+    interrupted = stopped = False
     thread.start()
     while thread.is_alive():
         try:
@@ -160,9 +164,16 @@ def search_in_thread(search: Callable[[], Any], stop: Callable[[], None]) -> tup
         except KeyboardInterrupt:
             interrupted = True
             stop()
+        if until is not None and thread.is_alive():
+            now = time.monotonic()
+            if now > until and not stopped:
+                stopped = True
+                stop()
+            if now > until + grace:
+                return None, interrupted, True
     if "error" in result and not interrupted:
         raise result["error"]
-    return result.get("value"), interrupted
+    return result.get("value"), interrupted, False
 
 
 def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any, bool]:

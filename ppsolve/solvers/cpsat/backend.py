@@ -192,7 +192,8 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     _parameters(solver, task, task.limit)
     recorder = _Recorder(_key_vars(m), task, m.weight)
     solver.best_bound_callback = recorder.on_bound
-    code, interrupted = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search)
+    code, interrupted, _ = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
+                                            task.limit.until + task.budget.reserve / 2)
     status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
     values = list(recorder.history)
     bound = None
