@@ -84,6 +84,7 @@ class SolveOptions:
     symmetry: bool = True
     offload: bool = True
     stream: TextIO | None = None
+    started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
 
     @property
     def deterministic(self) -> bool:
