@@ -29,6 +29,8 @@ def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
         r = solve(problem, SolveOptions(solver=solver, time_limit=limit, threads=threads))
     except PpsolveError as exc:
         return [type(exc).__name__, "-", "-", "-", "-"]
+    except Exception as exc:  # a crash is a figure too: the row says which
+        return [f"crash: {type(exc).__name__}", "-", "-", "-", "-"]
     proof = f"{r.seconds:.1f}" if r.status == "optimal" else "-"
     return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, f"{r.schedule.offloaded:g}"]
 

@@ -11,6 +11,7 @@ With CBC there are no callbacks: one final solution, and no node limit.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -33,6 +34,7 @@ NODES_PER_DETERMINISTIC_SECOND = 10  # the node limit of a deterministic search 
 EPS = 1e-6
 
 
+@functools.cache
 def _highs_available() -> bool:
     try:
         import highspy  # noqa: F401
