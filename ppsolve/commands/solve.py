@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from ppsolve.problem import load_problem
 from ppsolve.solvers.phases import BACKENDS
@@ -48,8 +49,12 @@ def _limit(text: str | None):
 
 
 def _process_start() -> float | None:
-    """time.monotonic() when this process started (Linux), so that --time-limit counts the
-    interpreter's start-up too; None elsewhere."""
+    """time.monotonic() when this process started, when the process is the ppsolve program itself
+    (not a caller of ``main()``, such as a test run), so that --time-limit counts the interpreter's
+    start-up too (Linux); None otherwise."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if not (program.name == "ppsolve" or (program.name == "__main__.py" and program.parent.name == "ppsolve")):
+        return None
     try:
         import time
 

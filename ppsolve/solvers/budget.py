@@ -72,10 +72,11 @@ class Budget:
     def warm_start_deadline(self) -> float:
         """When the warm start, starting now, stops trying candidates (monotonic clock): its share
         from now (what came before, such as importing the backend, does not eat it), at most until
-        half the time limit."""
-        share = WARM_START_SHARE * self.time_limit
+        half the time limit. Deterministic mode: which candidates are tried must not depend on the
+        clock, so only the wall-clock guard stops it."""
         if self.deterministic:
-            share = 2 * share + 1
+            return self.deadline - self.reserve
+        share = WARM_START_SHARE * self.time_limit
         return min(time.monotonic() + share, self.t0 + max(share, 0.5 * self.time_limit))
 
     def check(self) -> None:
