@@ -103,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _done(result) -> int:
-    if result.interrupted:
+    if result.interrupted or (result.abandoned and _process_start() is not None):
         # After a stopped search, OR-Tools 9.15 sometimes aborts while the interpreter shuts down
-        # ("terminate called without an active exception"); the schedule is written, so leave now.
+        # ("terminate called without an active exception"), and a search left running in a thread
+        # (HiGHS past its limit) aborts it too; the schedule is written, so leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

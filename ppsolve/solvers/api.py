@@ -103,6 +103,7 @@ class SolveResult:
     warm_start: Schedule | None = None
     model_bound: float | None = None
     notes: list[str] = field(default_factory=list)
+    abandoned: bool = False  # a search (or the warm start) was left running in a thread
 
 
 @dataclass
@@ -137,6 +138,7 @@ class PhaseAnswer:
     solutions: list[list[ScheduledOp]] = field(default_factory=list)
     bound: int | None = None
     interrupted: bool = False
+    abandoned: bool = False
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,

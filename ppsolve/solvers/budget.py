@@ -71,13 +71,13 @@ class Budget:
 
     def warm_start_deadline(self) -> float:
         """When the warm start, starting now, stops trying candidates (monotonic clock): its share
-        from now (what came before, such as importing the backend, does not eat it), at most until
-        half the time limit. Deterministic mode: which candidates are tried must not depend on the
+        from now (what came before, such as starting Python and importing the backend, does not eat
+        it), at most until 60% of the time limit unless that leaves it less than half its share. Deterministic mode: which candidates are tried must not depend on the
         clock, so only the wall-clock guard stops it."""
         if self.deterministic:
             return self.deadline - self.reserve
-        share = WARM_START_SHARE * self.time_limit
-        return min(time.monotonic() + share, self.t0 + max(share, 0.5 * self.time_limit))
+        share, now = WARM_START_SHARE * self.time_limit, time.monotonic()
+        return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
 
     def check(self) -> None:
         """Raise TimeUp when the run has no time left but its reserve (called while building models)."""

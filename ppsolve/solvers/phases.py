@@ -92,6 +92,7 @@ class _Run:
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
+        self.abandoned = False  # a thread (search or warm start) was left running
 
     def user_time(self, x: float) -> float:
         return round(x / self.scaling.time_scale, 9)
@@ -119,6 +120,7 @@ class _Run:
             self.notes.append(f"the wall-clock guard (2 x time limit + 5 s) stopped the {phase.value} search "
                               "before its deterministic limit: this run may not be reproducible")
         self.interrupted = self.interrupted or answer.interrupted
+        self.abandoned = self.abandoned or answer.abandoned
         return answer
 
     def best_of(self, answer: PhaseAnswer, accept=lambda s: True) -> tuple[Schedule | None, bool]:
@@ -168,6 +170,7 @@ def _warm_start(run: _Run) -> Schedule | None:
                       lambda: time.monotonic() > budget.deadline - budget.reserve
                       or (time.monotonic() > deadline and bool(found)))
     warm = shortest(list(found))
+    run.abandoned = run.abandoned or cut
     if cut:
         run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
     if warm is not None and options.symmetry:
@@ -258,7 +261,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.notes.append("interrupted outside the search; the warm start is the best so far")
         final = _finish(run, warm, "feasible", run.lb, warm_start=warm.method.name)
         return SolveResult(final, "feasible", final.method.lower_bound, final.gap or 0.0, final.method.seconds,
-                           True, True, warm, None, run.notes)
+                           True, True, warm, None, run.notes, run.abandoned)
     finally:
         run.progress.end_phase()
 
@@ -285,7 +288,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
                     warm_start=warm.method.name if warm is not None else None)
     return SolveResult(final, status, lower, final.gap or 0.0, final.method.seconds, run.interrupted, from_warm,
-                       warm, run.model_bound, run.notes)
+                       warm, run.model_bound, run.notes, run.abandoned)
 
 
 def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
@@ -321,4 +324,4 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
         else "feasible"
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)
     return SolveResult(final, status, lb, final.gap or 0.0, final.method.seconds, run.interrupted,
-                       False, warm, None, run.notes)
+                       False, warm, None, run.notes, run.abandoned)

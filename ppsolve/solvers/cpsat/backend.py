@@ -192,7 +192,7 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     _parameters(solver, task, task.limit)
     recorder = _Recorder(_key_vars(m), task, m.weight)
     solver.best_bound_callback = recorder.on_bound
-    code, interrupted, _ = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
+    code, interrupted, abandoned = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
                                             task.limit.until + task.budget.reserve / 2)
     status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
     values = list(recorder.history)
@@ -200,4 +200,4 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     if status.solved:
         values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
         bound = int(recorder.primary(solver.best_objective_bound))
-    return PhaseAnswer(status, [_model_ops(m, x) for x in values], bound, interrupted)
+    return PhaseAnswer(status, [_model_ops(m, x) for x in values], bound, interrupted, abandoned)

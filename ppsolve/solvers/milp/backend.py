@@ -275,7 +275,7 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
                                                       task.limit.until, task.budget.reserve / 2)
     if abandoned:  # HiGHS is still busy: keep the incumbents its callbacks reported, touch nothing else
         solutions = [_ops(m, values) for values in record.solutions]
-        return PhaseAnswer(Status.FEASIBLE if solutions else Status.UNKNOWN, solutions, None, interrupted)
+        return PhaseAnswer(Status.FEASIBLE if solutions else Status.UNKNOWN, solutions, None, interrupted, True)
     return _answer(m, record, status, interrupted)
 
 
