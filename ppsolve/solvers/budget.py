@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 WARM_START_SHARE = 0.2  # of the time limit
-RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking the answer
+RESERVE_SHARE = 0.08  # of the wall time (the limit, or the guard), at least, kept for realising and checking
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
 MIN_SEARCH = 0.05  # seconds: a search is never given less
 
@@ -51,7 +51,7 @@ class Budget:
         self.t0 = time.monotonic() if t0 is None else t0
         wall = 2 * self.time_limit + 5 if deterministic else self.time_limit
         self.deadline = self.t0 + wall
-        self.reserve = max(RESERVE_SHARE * self.time_limit, 0.05)
+        self.reserve = max(RESERVE_SHARE * wall, 0.05)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -67,15 +67,18 @@ class Budget:
 
     def note_check_seconds(self, seconds: float) -> None:
         """One check of a schedule took ``seconds``: keep room for a few at the end (at most 30%)."""
-        self.reserve = min(0.3 * self.time_limit, max(self.reserve, RESERVE_CHECKS * seconds))
+        self.reserve = min(0.3 * (self.deadline - self.t0), max(self.reserve, RESERVE_CHECKS * seconds))
 
     def warm_start_deadline(self) -> float:
-        """When the warm start, starting now, stops trying candidates (monotonic clock): its share
-        from now (what came before, such as starting Python and importing the backend, does not eat
-        it), at most until 60% of the time limit unless that leaves it less than half its share. Deterministic mode: which candidates are tried must not depend on the
-        clock, so only the wall-clock guard stops it."""
+        """When the warm start, starting now, stops trying candidates (monotonic clock).
+
+        Its share from now (what came before, such as starting Python and importing the backend,
+        does not eat it), at most until 60% of the time limit unless that leaves it less than half
+        its share. Deterministic mode: which candidates are tried must not depend on the clock, so
+        only a guard stops it: half the time until the wall-clock guard.
+        """
         if self.deterministic:
-            return self.deadline - self.reserve
+            return self.t0 + 0.5 * (self.deadline - self.t0)
         share, now = WARM_START_SHARE * self.time_limit, time.monotonic()
         return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
 

@@ -173,7 +173,7 @@ def _warm_start(run: _Run) -> Schedule | None:
     run.abandoned = run.abandoned or cut
     if cut:
         run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
-    if warm is not None and options.symmetry:
+    if warm is not None and options.symmetry and budget.left() > 0:  # no search to hint otherwise
         began = time.monotonic()
         warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking (checked again)
         budget.note_check_seconds(time.monotonic() - began)
