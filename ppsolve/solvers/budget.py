@@ -43,7 +43,7 @@ class Limit:
 
 
 class Budget:
-    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``)."""
+    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process start)."""
 
     def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None):
         self.time_limit = float(time_limit)
