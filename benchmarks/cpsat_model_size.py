@@ -21,15 +21,21 @@ from pathlib import Path
 
 from ppsolve.jsonio import write_text_atomic
 from ppsolve.problem import load_problem
-from ppsolve.solvers.cpsat.scaling import build_scaling
+from ppsolve.solvers.scaling import build_scaling
 
-cpsat = importlib.import_module("ppsolve.solvers.cpsat.solve")
+from ppsolve.solvers import SolveOptions, solve  # noqa: E402
+from ppsolve.solvers.api import Phase, PhaseTask  # noqa: E402
+from ppsolve.solvers.budget import Budget  # noqa: E402
+from ppsolve.solvers.progress import Progress  # noqa: E402
+
+backend = importlib.import_module("ppsolve.solvers.cpsat.backend")
 
 
 def model_size(problem) -> tuple[int, int]:
-    options = cpsat.SolveOptions()
-    built = cpsat._build(problem, build_scaling(problem), options, None)
-    proto = built.model.proto
+    budget = Budget(3600, False)
+    task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(), budget, budget.search(1.0),
+                     Progress(budget, "cpsat"))
+    proto = backend._build(task).model.proto
     return len(proto.variables), len(proto.constraints)
 
 
@@ -51,7 +57,7 @@ def main(argv=None) -> int:
         variables, constraints = model_size(problem)
         t = time.monotonic()
         try:
-            result = cpsat.solve(problem, cpsat.SolveOptions(time_limit=args.time_limit, threads=args.threads))
+            result = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads))
             row = dict(status=result.status, makespan=result.schedule.makespan, bound=result.lower_bound,
                        gap=result.gap)
         except Exception as exc:  # a refusal (capacity) is a figure too

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ppsolve.problem import load_problem, problem_from_dict  # noqa: E402
 from ppsolve.schedule import make_schedule  # noqa: E402
 from ppsolve.simulator import simulate  # noqa: E402
-from ppsolve.solvers.cpsat import SolveOptions, solve  # noqa: E402
-from ppsolve.solvers.cpsat.warm_start import limited_1f1b_orders  # noqa: E402
+from ppsolve.solvers import SolveOptions, solve  # noqa: E402
+from ppsolve.solvers.warm_start import limited_1f1b_orders  # noqa: E402
 
 
 def uniform(d, m, placement="linear", cap=None, offload=None):

@@ -120,8 +120,24 @@ def extra_sections(folder: Path) -> list[str]:
     return [path.read_text(encoding="utf-8").rstrip() + "\n" for path in sorted(folder.glob("*.md"))]
 
 
+
+SOLVER_COMPARE_INTRO = (
+    "Both solver backends on every problem of `instances/`, one after the other in one run of "
+    "`benchmarks/solver_compare.py` (the same warm start, phases and checks through "
+    "`ppsolve.solvers.solve`). *proof s*: the wall time of a run that ended proven optimal (the "
+    "least-offload phase included), else -; *gap*: against the reported lower bound at the limit.")
+
+
+def solver_compare_section(table: Path) -> list[str]:
+    """The CP-SAT/MILP table written by benchmarks/solver_compare.py, with its command."""
+    limit = next((line.split("--time-limit")[1].split()[0] for line in REGENERATE.read_text().splitlines()
+                  if "solver_compare.py" in line and "--time-limit" in line), "?")
+    return ["## CP-SAT against the MILP", "", SOLVER_COMPARE_INTRO + f" Time limit {limit} s per run.", "",
+            table.read_text().strip(), ""]
+
+
 def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
-          sections: Path = Path("docs/bench/sections")) -> str:
+          sections: Path = Path("docs/bench/sections"), solver_compare: Path | None = None) -> str:
     rows = read_csv(results)
     base = out.parent
     labels = list(dict.fromkeys(r.problem for r in rows))
@@ -156,6 +172,8 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
         parts += ["## Memory/time frontiers", ""]
         for image in frontiers:
             parts += [f"### {image.stem}", "", frontier_section(image, base)]
+    if solver_compare is not None and solver_compare.exists():
+        parts += solver_compare_section(solver_compare)
     parts += extra_sections(sections)
     parts += ["## All runs", "", markdown_table(rows), "## Problems", "", problems_table(labels, instances)]
     return "\n".join(parts)
@@ -168,11 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", default="instances", help="the directory that was benchmarked")
     parser.add_argument("--sections", default="docs/bench/sections",
                         help="folder of markdown sections written by other benchmark scripts")
+    parser.add_argument("--solver-compare", default="docs/bench/solver_compare.md",
+                        help="the table of benchmarks/solver_compare.py (skipped when missing)")
     parser.add_argument("--out", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
     out = Path(args.out)
     text = build(Path(args.results), [Path(f) for f in args.frontier], out, Path(args.instances),
-                 Path(args.sections))
+                 Path(args.sections), Path(args.solver_compare))
     write_text_atomic(out, text)
     print(f"wrote {out}")
     return 0

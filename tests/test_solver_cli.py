@@ -49,6 +49,7 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     import signal
     import subprocess
     import sys
+    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
@@ -60,15 +61,16 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         for line in proc.stderr:
-            if "makespan" in line and "makespan -" not in line:
+            if line.startswith("cpsat makespan"):  # the makespan phase has started (from the warm start)
                 break
+        time.sleep(1.0)  # the search is running
         proc.send_signal(signal.SIGINT)
-        stdout, _ = proc.communicate(timeout=30)
+        stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, stdout
-    assert "interrupted" in stdout
+    assert proc.returncode == 0, (stdout, stderr)
+    assert "interrupted" in stdout and "outside the search" not in stdout
     schedule = load_schedule(out)
     assert check(schedule).ok and schedule.method.extra.get("interrupted") is True
 

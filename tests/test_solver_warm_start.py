@@ -10,8 +10,8 @@ from ppsolve.errors import NotApplicableError, PpsolveError
 from ppsolve.methods import Method
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.solvers.cpsat import SolveOptions, solve
-from ppsolve.solvers.cpsat.warm_start import best_warm_start, greedy_orders, serial_orders
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.warm_start import best_warm_start, greedy_orders, serial_orders
 from tests.helpers import make_problem
 
 

@@ -1,4 +1,4 @@
-"""``ppsolve solve PROBLEM.json -o SCHEDULE.json``: an optimal (or best found) schedule with CP-SAT."""
+"""``ppsolve solve PROBLEM.json -o SCHEDULE.json``: an optimal (or best found) schedule (CP-SAT or MILP)."""
 
 from __future__ import annotations
 
@@ -6,22 +6,28 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import require_directory
 from ppsolve.problem import load_problem
+from ppsolve.solvers.phases import BACKENDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "solve", help="find an optimal schedule with CP-SAT (order, timing, selective offload) and prove its bound",
+        "solve", help="find an optimal schedule (order, timing, selective offload) and prove its bound",
         description="Exit 0: schedule written; 2: bad input; 3: infeasible (says the least capacity that could "
                     "work); 4: no schedule found within the time limit. Ctrl-C writes the best schedule so far.")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("-o", "--output", required=True, help="schedule file to write (ppsolve/schedule@1)")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds of search (default 60)")
+    parser.add_argument("--solver", choices=tuple(BACKENDS), default="cpsat",
+                        help="the model: cpsat (OR-Tools CP-SAT, default) or milp (PuLP + HiGHS)")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                        help="seconds for the whole run, warm start included (default 60)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CP-SAT workers (default: all cores); 1 is deterministic for a given --seed")
+                        help="solver threads (default: all cores); 1 is deterministic for a given --seed "
+                             "and ends within 2 x the time limit + 5 s")
     parser.add_argument("--seed", type=int, default=0, metavar="K", help="random seed (default 0)")
     parser.add_argument("--objective", choices=("makespan", "memory"), default="makespan",
                         help="makespan (default; then the least offload) or memory (least peak under a makespan limit)")
@@ -44,18 +50,36 @@ def _limit(text: str | None):
         return text  # validated by the solver ('1.02x')
 
 
+def _process_start() -> float | None:
+    """time.monotonic() when this process started, when the process is the ppsolve program itself
+    (not a caller of ``main()``, such as a test run), so that --time-limit counts the interpreter's
+    start-up too (Linux); None otherwise."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if not (program.name == "ppsolve" or (program.name == "__main__.py" and program.parent.name == "ppsolve")):
+        return None
+    try:
+        import time
+
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.makespan_limit is not None and args.objective != "memory":
         raise InputError("--makespan-limit", "applies only with --objective memory")
     require_directory(args.output)
     problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
-
     from ppsolve.advice import advise
-    from ppsolve.solvers.cpsat import SolveOptions, solve
+    from ppsolve.solvers import SolveOptions, solve
     result = solve(problem, SolveOptions(
-        time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
+        solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
         makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start, quiet=args.quiet,
-        ignore_capacity=args.ignore_capacity, stream=sys.stderr))
+        ignore_capacity=args.ignore_capacity, stream=sys.stderr, started=_process_start()))
     schedule = result.schedule  # solve() returns only schedules that passed the checker
     schedule.save(args.output)
     summary = {
@@ -89,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _done(result) -> int:
-    if result.interrupted:
+    if result.interrupted or (result.abandoned and _process_start() is not None):
         # After a stopped search, OR-Tools 9.15 sometimes aborts while the interpreter shuts down
-        # ("terminate called without an active exception"); the schedule is written, so leave now.
+        # ("terminate called without an active exception"), and a search left running in a thread
+        # (HiGHS past its limit) aborts it too; the schedule is written, so leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

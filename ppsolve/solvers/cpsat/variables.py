@@ -8,7 +8,7 @@ from ortools.sat.python import cp_model
 
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
-from ppsolve.solvers.cpsat.scaling import Scaling
+from ppsolve.solvers.scaling import Scaling, trivial_horizon
 
 Key = tuple[int, int]  # (stage, microbatch)
 
@@ -54,26 +54,19 @@ class Variables:
         return self.model.new_optional_interval_var(start, size, end, present, name)
 
 
-def horizon(problem: Problem, scaling: Scaling) -> int:
-    """A makespan no optimal schedule exceeds: everything one after another."""
-    S, m = problem.num_stages, problem.microbatches
-    total = m * sum(scaling.duration[(k, s)] for s in range(S) for k in problem.kinds)
-    total += m * sum(scaling.duration.get((k, s), 0) for s in range(S) for k in (OpKind.OFFLOAD, OpKind.RELOAD))
-    total += 2 * m * sum(scaling.latency)
-    return max(1, total)
-
-
 def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, offload: bool,
-                    upper: int | None = None) -> Variables:
+                    upper: int | None = None, check=lambda: None) -> Variables:
     """Intervals for every compute op, and optional transfers where ``offload`` and a stage allows it.
 
     ``upper`` (a makespan known to be reachable) tightens the horizon.
     """
-    H = horizon(problem, scaling)
+    H = trivial_horizon(problem, scaling)
     if upper is not None:
         H = min(H, upper)
     v = Variables(model, problem, scaling, H)
-    for op in problem.compute_ops():
+    for index, op in enumerate(problem.compute_ops()):
+        if index % 1000 == 0:
+            check()  # the time budget (raises when model building runs out of time)
         dur = scaling.duration[(op.kind, op.stage)]
         name = f"{op.kind.value}_{op.stage}_{op.microbatch}"
         start = model.new_int_var(0, max(0, H - dur), f"s_{name}")

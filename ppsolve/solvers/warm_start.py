@@ -1,7 +1,10 @@
-"""The starting schedule CP-SAT is hinted with: the best applicable baseline, else simple orders.
+"""The schedule a solver backend starts from: the best applicable baseline, else simple orders.
 
 A warm start must pass the checker and respect the capacity; among those the
-shortest wins. Baselines come from the method registry (family "baseline"),
+shortest wins. Candidates are tried one after another (the baselines, then our
+plans, serial first) until a deadline, and the rest are skipped: a warm start
+that cannot finish in its share of the time is cut short (once one exists).
+Baselines come from the method registry (family "baseline"),
 so this works whether or not any baseline is installed; two simple plans of
 our own are always tried as well:
 
@@ -16,11 +19,14 @@ our own are always tried as well:
 
 from __future__ import annotations
 
+import time
+from typing import Callable, Iterator
+
 from ppsolve.checker import check
 from ppsolve.dependencies import dependency_table
 from ppsolve.errors import DeadlockError, PpsolveError
 from ppsolve.baselines.portfolio import applicable_baselines
-from ppsolve.methods import RunOptions, get_method
+from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
@@ -135,19 +141,20 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     return plans
 
 
-def _own_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
-    plans = [("serial", serial_orders(problem))]
+def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
+    yield "serial", lambda: serial_orders(problem)
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):
-            try:
-                plans.append((f"greedy-{prefer}{'-late' if late else ''}", greedy_orders(problem, prefer, late)))
-            except PpsolveError:
-                pass
+            yield (f"greedy-{prefer}{'-late' if late else ''}",
+                   lambda prefer=prefer, late=late: greedy_orders(problem, prefer, late))
     if problem.can_offload:
-        plans.append(("serial+offload", serial_orders(problem, offload=True)))
+        yield "serial+offload", lambda: serial_orders(problem, offload=True)
     if problem.placement_name == "linear":
-        plans += [(f"1f1b-k{k}", limited_1f1b_orders(problem, k)) for k in range(problem.devices, 1, -1)]
-    return plans + _offload_plans(problem)
+        for k in range(problem.devices, 1, -1):
+            yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
+    for name, orders in _offload_plans(problem):
+        yield name, lambda orders=orders: orders
 
 
 def acceptable(schedule: Schedule) -> bool:
@@ -155,15 +162,23 @@ def acceptable(schedule: Schedule) -> bool:
     return check(schedule).ok
 
 
-def own_warm_starts(problem: Problem) -> list[Schedule]:
+def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
+                    at_least_one: bool = True) -> list[Schedule]:
     """Our own plans, each as listed and, when it offloads, with every forward waiting for the
-    offloads before it (contract v2), which lowers the peak of back-to-back forwards."""
-    out = []
-    for name, orders in _own_plans(problem):
+    offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
+    made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``)."""
+    out: list[Schedule] = []
+    for name, make in _own_plans(problem):
+        if (out or not at_least_one) and until():
+            break
+        try:
+            orders = make()
+        except PpsolveError:
+            continue
         waits = forwards_wait_for_offloads(orders)
         for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
             try:
-                schedule = make_schedule(problem, simulate(problem, orders, waits=plan_waits), f"cpsat-warm:{label}")
+                schedule = make_schedule(problem, simulate(problem, orders, waits=plan_waits), f"warm:{label}")
             except PpsolveError:
                 continue
             if acceptable(schedule):
@@ -171,13 +186,20 @@ def own_warm_starts(problem: Problem) -> list[Schedule]:
     return out
 
 
-def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None) -> list[Schedule]:
-    """Schedules of the registered baselines that apply ('auto'), or of one named method."""
+def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None,
+                         until: Callable[[], bool] = lambda: False) -> list[Schedule]:
+    """Schedules of the registered baselines that apply ('auto', one at a time until ``until()``),
+    or of one named method."""
     if choice == "none":
         return []
     options = RunOptions(time_limit=time_limit, threads=1, seed=0, quiet=True, warm_start="none")
     if choice == "auto":
-        return [s for s in applicable_baselines(problem, options) if acceptable(s)]
+        out: list[Schedule] = []
+        for method in all_methods("baseline"):
+            if until():
+                break
+            out += [s for s in applicable_baselines(problem, options, [method.name]) if acceptable(s)]
+        return out
     method = get_method(choice)
     reason = method.why_not(problem)
     if reason is not None:
@@ -186,14 +208,27 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
     return [schedule] if acceptable(schedule) else []
 
 
-def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None) -> Schedule | None:
-    """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans."""
-    candidates = baseline_warm_starts(problem, choice, time_limit)
-    if choice == "auto":
-        candidates += own_warm_starts(problem)
-    if not candidates:
-        return None
-    return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)))
+def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
+                    deadline: float | None = None, sink: list[Schedule] | None = None) -> Schedule | None:
+    """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans,
+    trying candidates until ``deadline`` (``time.monotonic()``; None: all of them). ``sink``, when
+    given, receives each group of candidates as soon as it exists (a caller that stops waiting
+    keeps what was found)."""
+    def until() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
+    candidates = sink if sink is not None else []
+    if choice != "auto":
+        candidates += baseline_warm_starts(problem, choice, time_limit, until)
+    else:  # the baselines (fast generators, good orders), then our plans, serial first (valid, cheap)
+        candidates += baseline_warm_starts(problem, choice, time_limit, until)
+        candidates += own_warm_starts(problem, until, at_least_one=not candidates)
+    return shortest(candidates)
+
+
+def shortest(candidates: list[Schedule]) -> Schedule | None:
+    """The warm start among candidates: least makespan, then least offloaded, then least peak."""
+    return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)), default=None)
 
 
 def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = False) -> list[list[Op]]:

@@ -1,4 +1,4 @@
-"""All integer scaling of times and memory for the CP-SAT model, in one place.
+"""All integer scaling of times and memory of the solver models (CP-SAT and MILP), in one place.
 
 CP-SAT works on integers. Every time the model uses (compute durations, the
 p2p latency, transfer durations ``max_offload(s) / bandwidth``) is multiplied
@@ -125,3 +125,24 @@ def build_scaling(problem: Problem) -> Scaling:
         activation=activation, weight_hold=hold, offload_amount=offload_amount,
         capacity=tuple(None if c is None else down(c, mscale) for c in problem.capacity),
     )
+
+
+def trivial_horizon(problem: Problem, scaling: Scaling) -> int:
+    """A makespan no optimal schedule exceeds (model units): everything one after another."""
+    S, m = problem.num_stages, problem.microbatches
+    total = m * sum(scaling.duration[(k, s)] for s in range(S) for k in problem.kinds)
+    total += m * sum(scaling.duration.get((k, s), 0) for s in range(S) for k in (OpKind.OFFLOAD, OpKind.RELOAD))
+    total += 2 * m * sum(scaling.latency)
+    return max(1, total)
+
+
+def peak_ranges(problem: Problem, scaling: Scaling) -> list[tuple[int, int]]:
+    """Per device, (least, most) its peak can be (model units): at least its largest activation,
+    at most every activation of every microbatch (or its capacity)."""
+    out = []
+    for d, stages in enumerate(problem.stages_of_device):
+        need = sum(scaling.activation[s] for s in stages) * problem.microbatches
+        cap = scaling.capacity[d]
+        low = max(scaling.activation[s] for s in stages)
+        out.append((low, max(low, need if cap is None else min(need, cap))))
+    return out

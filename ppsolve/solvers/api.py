@@ -1,0 +1,203 @@
+"""The solver-agnostic types: options, statuses, phases, what a backend is asked and what it answers.
+
+A backend (``ppsolve.solvers.cpsat``, ``ppsolve.solvers.milp``) implements one
+function, ``run_phase(task: PhaseTask) -> PhaseAnswer``: build its model of the
+problem for one phase (variables, constraints, objective, from the one
+dependency table and the one :class:`~ppsolve.solvers.scaling.Scaling`),
+search within the task's limit, and return its solutions as scheduled ops.
+Everything else (warm start, the order of phases, the time budget, turning
+solutions into checked schedules, progress) is in ``ppsolve.solvers.solve`` (in ``ppsolve.solvers.phases``).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, TextIO
+
+from ppsolve.errors import PpsolveError
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.solvers.scaling import Scaling
+
+if TYPE_CHECKING:
+    from ppsolve.solvers.budget import Budget, Limit
+    from ppsolve.solvers.progress import Progress
+
+OBJECTIVES = ("makespan", "memory")
+
+
+class NoSolutionError(PpsolveError):
+    """The time limit passed before any schedule was found."""
+
+    exit_code = 4
+
+
+class Status(enum.Enum):
+    """What a search established.
+
+    OPTIMAL: the best solution is proven optimal for the model. FEASIBLE: solutions, no proof.
+    INFEASIBLE: the model has no solution (within the given horizon). UNKNOWN: the limit
+    passed with no solution and no proof.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNKNOWN = "unknown"
+
+    @property
+    def solved(self) -> bool:
+        return self in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+class Phase(enum.Enum):
+    """MAKESPAN: min C. OFFLOAD: min offloaded amount s.t. C <= cap. MEMORY: min max peak (then the
+    sum of peaks) s.t. C <= cap (or no cap)."""
+
+    MAKESPAN = "makespan"
+    OFFLOAD = "offloaded"
+    MEMORY = "peak"
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How to solve.
+
+    ``time_limit`` is the whole run's wall clock (warm start and model building included).
+    ``threads=1`` with a ``seed`` is deterministic: the search phases then get deterministic
+    limits derived from ``time_limit`` and the run ends within ``2 * time_limit + 5`` s.
+    ``symmetry`` and ``offload`` exist for experiments and tests.
+    """
+
+    solver: str = "cpsat"
+    time_limit: float = 60.0
+    threads: int | None = None
+    seed: int = 0
+    objective: str = "makespan"
+    makespan_limit: float | str | None = None
+    warm_start: str = "auto"
+    quiet: bool = True
+    ignore_capacity: bool = False
+    symmetry: bool = True
+    offload: bool = True
+    stream: TextIO | None = None
+    started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.threads == 1
+
+
+@dataclass
+class SolveResult:
+    schedule: Schedule
+    status: str  # "optimal" or "feasible" (the schedule file's method.status)
+    lower_bound: float
+    gap: float
+    seconds: float
+    interrupted: bool = False
+    from_warm_start: bool = False
+    warm_start: Schedule | None = None
+    model_bound: float | None = None
+    notes: list[str] = field(default_factory=list)
+    abandoned: bool = False  # a search (or the warm start) was left running in a thread
+
+
+@dataclass
+class PhaseTask:
+    """One phase for a backend. Times in model units (``scaling``).
+
+    ``horizon``: a makespan known to be reachable (tightens the model; None: the trivial one).
+    ``makespan_cap``: OFFLOAD and MEMORY phases keep C <= cap. ``hint``: a schedule to start from.
+    ``budget.check()`` is called while building (raises ``TimeUp``); ``limit`` bounds the search.
+    ``lower_bound``: a valid cut C >= lower_bound (computed once per solve).
+    """
+
+    problem: Problem
+    scaling: Scaling
+    phase: Phase
+    options: SolveOptions
+    budget: "Budget"
+    limit: "Limit"
+    progress: "Progress"
+    horizon: int | None = None
+    makespan_cap: int | None = None
+    hint: Schedule | None = None
+    lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
+
+
+@dataclass
+class PhaseAnswer:
+    """Solutions as scheduled ops in the user's units, best last; ``bound`` on the phase's
+    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one."""
+
+    status: Status
+    solutions: list[list[ScheduledOp]] = field(default_factory=list)
+    bound: int | None = None
+    interrupted: bool = False
+    abandoned: bool = False
+
+
+def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
+                     grace: float = 0.5) -> tuple[Any, bool, bool]:
+    """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C, or once the
+    clock passes ``until`` (``time.monotonic()``), call ``stop()`` (the backend's way to end its
+    search); a search still running ``grace`` seconds after ``until`` is abandoned (it runs on,
+    unobserved: HiGHS does not read its clock while it presolves or repairs a start solution).
+
+    Returns (what ``search`` returned, or None; interrupted by Ctrl-C; abandoned).
+    """
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["value"] = search()
+        except BaseException as exc:  # re-raised in the calling thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    interrupted = stopped = False
+    thread.start()
+    while thread.is_alive():
+        try:
+            thread.join(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
+            stop()
+        if until is not None and thread.is_alive():
+            now = time.monotonic()
+            if now > until and not stopped:
+                stopped = True
+                stop()
+            if now > until + grace:
+                return None, interrupted, True
+    if "error" in result and not interrupted:
+        raise result["error"]
+    return result.get("value"), interrupted, False
+
+
+def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any, bool]:
+    """Run ``work()`` in a daemon thread and wait until it returns or ``give_up()`` is true (checked
+    every 50 ms). Python cannot stop a thread: one given up on runs on, unobserved, until the
+    process ends. Returns (what ``work`` returned, or None when given up on; given up)."""
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # re-raised in the calling thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    while not done.wait(0.05):
+        if give_up():
+            return None, True
+    if "error" in result:
+        raise result["error"]
+    return result.get("value"), False

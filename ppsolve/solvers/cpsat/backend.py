@@ -1,0 +1,203 @@
+"""The CP-SAT backend: ``run_phase(task) -> PhaseAnswer`` (see ``ppsolve.solvers.api``).
+
+Builds the model (``variables``, ``constraints``, ``objective``), hints it with
+the task's schedule, searches in a worker thread (so Ctrl-C stops the search
+and the clock keeps the progress line moving), and returns every incumbent as
+scheduled ops (best last). Limits: the wall clock, and in deterministic mode
+CP-SAT's deterministic time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from ppsolve.ops import Op, OpKind
+from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
+from ppsolve.solvers.budget import Limit
+from ppsolve.solvers.cpsat import constraints, objective
+from ppsolve.solvers.cpsat.variables import Variables, build_variables
+from ppsolve.solvers.scaling import peak_ranges
+
+NAME = "cpsat"
+
+_STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
+           cp_model.INFEASIBLE: Status.INFEASIBLE}
+
+
+def why_not() -> str | None:
+    return None  # ortools is a dependency of ppsolve
+
+
+@dataclass
+class _Model:
+    model: cp_model.CpModel
+    v: Variables
+    peaks: list = field(default_factory=list)
+    peak_upper: list = field(default_factory=list)
+    weight: int = 1  # MEMORY: objective = weight * max peak + sum of peaks
+
+
+def _build(task: PhaseTask) -> _Model:
+    problem, scaling, options, budget = task.problem, task.scaling, task.options, task.budget
+    model = cp_model.CpModel()
+    use_offload = options.offload and problem.can_offload
+    upper = task.makespan_cap if task.makespan_cap is not None else task.horizon
+    v = build_variables(model, problem, scaling, use_offload, upper, budget.check)
+    budget.check()
+    constraints.precedences(v)
+    budget.check()
+    constraints.device_no_overlap(v)
+    constraints.transfers(v)
+    budget.check()
+    m = _Model(model, v)
+    if task.phase is Phase.MEMORY:
+        for d, (low, high) in enumerate(peak_ranges(problem, scaling)):
+            m.peak_upper.append(high)
+            m.peaks.append(model.new_int_var(low, high, f"peak_{d}"))
+        constraints.memory(v, m.peaks)
+    else:
+        constraints.memory(v, scaling.capacity)
+    budget.check()
+    if options.symmetry:
+        constraints.symmetry(v)
+    constraints.makespan(v, min(task.lower_bound, v.horizon), fifo=options.symmetry)
+    if task.phase is Phase.MAKESPAN:
+        objective.minimise_makespan(v)
+    elif task.phase is Phase.OFFLOAD:
+        objective.minimise_offload(v, task.makespan_cap)
+    else:
+        cap = task.makespan_cap if task.makespan_cap is not None else v.horizon
+        objective.minimise_peak(v, m.peaks, m.peak_upper, cap)
+        m.weight = sum(m.peak_upper) + 1
+    budget.check()
+    if task.hint is not None:
+        _hint_from_schedule(m, task.hint)
+    return m
+
+
+# ----- hints and solutions -----
+
+def _hint_from_schedule(m: _Model, schedule: Schedule) -> None:
+    v, sc = m.v, m.v.scaling
+    values: dict[int, int] = {}
+
+    def put(var, x):
+        values[var.Index()] = x
+
+    by_op = {op.op: op for op in schedule.ops}
+    for op, start in v.start.items():
+        s = sc.time(by_op[op].start)
+        put(start, s)
+        put(v.end[op], s + sc.duration[(op.kind, op.stage)])
+    for (s, j), t in v.transfers.items():
+        off = by_op.get(Op(OpKind.OFFLOAD, s, j))
+        rel = by_op.get(Op(OpKind.RELOAD, s, j))
+        put(t.chosen, int(off is not None))
+        os_ = sc.time(off.start) if off else values[v.end[Op(OpKind.F, s, j)].Index()]
+        rs = sc.time(rel.start) if rel else os_ + sc.duration[(OpKind.OFFLOAD, s)]
+        put(t.off_start, os_)
+        put(t.off_end, os_ + sc.duration[(OpKind.OFFLOAD, s)])
+        put(t.rel_start, rs)
+        put(t.rel_end, rs + sc.duration[(OpKind.RELOAD, s)])
+    for size, start, end in v.spans:
+        if start.Index() in values and end.Index() in values:
+            values[size.Index()] = max(0, values[end.Index()] - values[start.Index()])
+    ends = [values[e.Index()] for e in v.end.values() if e.Index() in values]
+    if ends:
+        values[v.makespan.Index()] = max(ends)
+    m.model.clear_hints()
+    for var in _all_vars(m):
+        if var.Index() in values:
+            m.model.add_hint(var, values[var.Index()])
+
+
+def _all_vars(m: _Model) -> list:
+    v = m.v
+    out = list(v.start.values()) + list(v.end.values())
+    for t in v.transfers.values():
+        out += [t.chosen, t.off_start, t.off_end, t.rel_start, t.rel_end]
+    out += [size for size, _, _ in v.spans]
+    out.append(v.makespan)
+    return out
+
+
+def _key_vars(m: _Model) -> list:
+    """What fixes a solution: compute starts and the transfers."""
+    v = m.v
+    out = list(v.start.values())
+    for t in v.transfers.values():
+        out += [t.chosen, t.off_start, t.rel_start]
+    return out
+
+
+def _model_ops(m: _Model, values: dict[int, int]) -> list[ScheduledOp]:
+    """A solution in user units (durations from the problem; amounts the full allowed share)."""
+    v, sc, p = m.v, m.v.scaling, m.v.problem
+    ops = []
+    for op, start in v.start.items():
+        t = sc.to_time(values[start.Index()])
+        ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, p.placement[op.stage], t,
+                               t + p.duration(op.kind, op.stage)))
+    for (s, j), t in v.transfers.items():
+        if values[t.chosen.Index()]:
+            amount = p.max_offload(s)
+            device = p.placement[s]
+            for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
+                x = sc.to_time(values[start.Index()])
+                ops.append(ScheduledOp(kind, s, j, device, x, x + p.duration(kind, s, amount), amount))
+    return ops
+
+
+# ----- searching -----
+
+class _Recorder(cp_model.CpSolverSolutionCallback):
+    """Keeps every incumbent's key values (newest last) and tells the progress line."""
+
+    def __init__(self, keys: list, task: PhaseTask, weight: int):
+        super().__init__()
+        self.keys = keys
+        self.task = task
+        self.weight = weight
+        self.history: list[dict[int, int]] = []
+
+    def primary(self, value: float) -> float:
+        return value // self.weight if self.weight > 1 else value
+
+    def on_solution_callback(self) -> None:
+        self.history.append({var.Index(): self.Value(var) for var in self.keys})
+        self.task.progress.update(self.primary(self.ObjectiveValue()), self.primary(self.BestObjectiveBound()))
+
+    def on_bound(self, bound: float) -> None:
+        self.task.progress.update(bound=self.primary(bound))
+
+
+def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> None:
+    params = solver.parameters
+    params.random_seed = task.options.seed
+    params.catch_sigint_signal = False  # Ctrl-C reaches Python, which stops the search (see run_phase)
+    params.max_time_in_seconds = limit.seconds()
+    if limit.deterministic is not None:
+        params.num_workers = 1
+        params.max_deterministic_time = limit.deterministic
+    else:
+        params.num_workers = task.options.threads or 0
+
+
+def run_phase(task: PhaseTask) -> PhaseAnswer:
+    m = _build(task)
+    solver = cp_model.CpSolver()
+    _parameters(solver, task, task.limit)
+    recorder = _Recorder(_key_vars(m), task, m.weight)
+    solver.best_bound_callback = recorder.on_bound
+    code, interrupted, abandoned = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
+                                            task.limit.until + task.budget.reserve / 2)
+    status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
+    values = list(recorder.history)
+    bound = None
+    if status.solved:
+        values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
+        bound = int(recorder.primary(solver.best_objective_bound))
+    return PhaseAnswer(status, [_model_ops(m, x) for x in values], bound, interrupted, abandoned)

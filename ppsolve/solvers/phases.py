@@ -1,0 +1,327 @@
+"""The one entry point of the solvers: ``solve(problem, SolveOptions) -> SolveResult``.
+
+Steps: refuse an impossible capacity (exit 3 with the least capacity that
+could work); take the best warm start within its share of the time; run the
+phases on the chosen backend (imported only when chosen); turn each phase's
+solutions into schedules with :func:`realise` (checked; the newest that passes
+wins); keep the answer never worse than the warm start; report the status, the
+proven bound and the gap.
+
+Phases of the ``makespan`` objective: MAKESPAN (minimise C), then OFFLOAD (at
+that makespan, minimise the offloaded amount; only when the best schedule
+offloads). The ``memory`` objective runs MAKESPAN first when it needs the best
+makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
+sum of peaks, with C at most the limit).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from types import ModuleType
+
+from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.checker import check
+from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.problem import Problem
+from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
+from ppsolve.simulator import retime
+from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
+                                 SolveResult, Status, wait_for)
+from ppsolve.solvers.budget import Budget, Limit, TimeUp
+from ppsolve.solvers.progress import Progress
+from ppsolve.solvers.scaling import Scaling, build_scaling
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, shortest
+
+# The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
+BACKENDS = {
+    "cpsat": "ppsolve.solvers.cpsat.backend",
+    "milp": "ppsolve.solvers.milp.backend",
+}
+
+# Shares of the time limit (the warm start's is in budget.py); "keep" is what later phases need.
+SHARE_MAKESPAN = 0.8
+SHARE_MAKESPAN_BEFORE_OFFLOAD = 0.65
+SHARE_OFFLOAD = 0.15
+SHARE_MAKESPAN_BEFORE_MEMORY = 0.35
+SHARE_MEMORY = 0.45
+
+
+def load_backend(name: str) -> ModuleType:
+    """The backend module named ``name``; a clear refusal when unknown or not installed."""
+    try:
+        module = importlib.import_module(BACKENDS[name])
+    except KeyError:
+        raise InputError("solver", f"must be one of {', '.join(BACKENDS)}, got {name!r}") from None
+    reason = module.why_not()
+    if reason is not None:
+        raise NotApplicableError(f"solver {name} is not available: {reason}")
+    return module
+
+
+def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | None:
+    """A model solution as a checked schedule, or None if the checker refuses it.
+
+    Under contract v2 a solution of a model is a valid schedule and runs as planned; the
+    runtime's re-timing of it (never later) is kept when shorter.
+    """
+    best = None
+    for build in (lambda: ops, lambda: retime(problem, ops)):
+        try:
+            schedule = make_schedule(problem, build(), name)
+        except PpsolveError:
+            continue
+        if check(schedule).ok and (best is None or schedule.makespan < best.makespan - 1e-9):
+            best = schedule
+    return best
+
+
+class _Run:
+    """The state of one solve: problem, options, budget, backend, progress, notes."""
+
+    def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: ModuleType):
+        self.problem = problem
+        self.options = options
+        self.budget = budget
+        self.backend = backend
+        self.scaling: Scaling = build_scaling(problem)
+        self.progress = Progress(budget, options.solver, options.quiet, options.stream)
+        self.notes: list[str] = []
+        self.interrupted = False
+        self.use_offload = options.offload and problem.can_offload
+        self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
+        self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
+        self.warm: Schedule | None = None
+        self.abandoned = False  # a thread (search or warm start) was left running
+
+    def user_time(self, x: float) -> float:
+        return round(x / self.scaling.time_scale, 9)
+
+    def user_memory(self, x: float) -> float:
+        return round(x / self.scaling.memory_scale, 9)
+
+    def phase(self, phase: Phase, limit: Limit, hint: Schedule | None, horizon: int | None = None,
+              makespan_cap: int | None = None) -> PhaseAnswer:
+        """Run one phase on the backend; building out of time gives UNKNOWN with a note."""
+        cut = self.scaling.time(self.lb) if self.scaling.exact else 0
+        task = PhaseTask(self.problem, self.scaling, phase, self.options, self.budget, limit, self.progress,
+                         horizon, makespan_cap, hint, cut)
+        try:
+            answer = self.backend.run_phase(task)
+        except TimeUp:
+            self.notes.append(f"the {phase.value} model could not be built within the time limit")
+            answer = PhaseAnswer(Status.UNKNOWN)
+        except KeyboardInterrupt:  # while building (a search stops itself and says interrupted)
+            answer = PhaseAnswer(Status.UNKNOWN, interrupted=True)
+        if answer.bound is not None:
+            self.progress.update(bound=answer.bound)  # a proof found without a callback (e.g. in presolve)
+        self.progress.end_phase()
+        if limit.deterministic is not None and answer.status is not Status.OPTIMAL and self.budget.left() <= 0.01:
+            self.notes.append(f"the wall-clock guard (2 x time limit + 5 s) stopped the {phase.value} search "
+                              "before its deterministic limit: this run may not be reproducible")
+        self.interrupted = self.interrupted or answer.interrupted
+        self.abandoned = self.abandoned or answer.abandoned
+        return answer
+
+    def best_of(self, answer: PhaseAnswer, accept=lambda s: True) -> tuple[Schedule | None, bool]:
+        """The newest solution that passes the checker (and ``accept``), and whether it is the last one."""
+        for index, ops in enumerate(reversed(answer.solutions)):
+            schedule = realise(self.problem, ops, self.options.solver)
+            if schedule is not None and accept(schedule):
+                if index > 0:
+                    self.notes.append("the final model solution did not pass the checker; an earlier one was used")
+                return schedule, index == 0
+        return None, False
+
+
+def _representable(schedule: Schedule, scaling: Scaling, offload: bool) -> bool:
+    """Whether the warm start is a solution of the model (so its makespan bounds the horizon)."""
+    if not scaling.exact:
+        return False
+    for op in schedule.ops:
+        if op.kind.is_transfer and (not offload or abs(op.amount - schedule.problem.max_offload(op.stage)) > 1e-9):
+            return False
+    return True
+
+
+def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | None:
+    limit = options.makespan_limit
+    if limit is None:
+        return None
+    if isinstance(limit, str):
+        text = limit.strip().lower()
+        try:
+            if text.endswith("x"):
+                if best_known is None:
+                    raise NoSolutionError("no makespan is known to scale the makespan limit by")
+                return float(text[:-1]) * best_known
+            return float(text)
+        except ValueError:
+            raise InputError("makespan-limit", f"must be a number or '<factor>x' (e.g. 1.02x), got {limit!r}") from None
+    return float(limit)
+
+
+def _warm_start(run: _Run) -> Schedule | None:
+    options, budget = run.options, run.budget
+    found: list[Schedule] = []
+    deadline = budget.warm_start_deadline()
+    _, cut = wait_for(lambda: best_warm_start(run.problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
+                                              deadline, sink=found),
+                      lambda: time.monotonic() > budget.deadline - budget.reserve
+                      or (time.monotonic() > deadline and bool(found)))
+    warm = shortest(list(found))
+    run.abandoned = run.abandoned or cut
+    if cut:
+        run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
+    if warm is not None and options.symmetry and budget.left() > 0:  # no search to hint otherwise
+        began = time.monotonic()
+        warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking (checked again)
+        budget.note_check_seconds(time.monotonic() - began)
+    run.warm = warm
+    if warm is not None:
+        run.progress.message(f"warm start {warm.method.name}: makespan {warm.makespan:g}")
+    return warm
+
+
+def _infeasible(problem: Problem) -> InfeasibleError:
+    need = min_capacity(problem, offload=problem.can_offload)
+    return InfeasibleError("no schedule fits the memory capacity ("
+                           + ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
+                           + "); the least capacity that could work is "
+                           + ", ".join(f"{c:g}" for c in need)
+                           + (" with offload" if problem.can_offload else "")
+                           + (" (the solver model offloads whole shares only)" if problem.can_offload else ""))
+
+
+def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
+    """Phase MAKESPAN: (best schedule, lower bound, proven)."""
+    sc, lb = run.scaling, run.lb
+    upper = sc.time(warm.makespan) if warm is not None and _representable(warm, sc, run.use_offload) else None
+    run.progress.phase("makespan", "makespan", run.user_time, incumbent=warm.makespan if warm else None)
+    answer = run.phase(Phase.MAKESPAN, run.budget.search(share, keep), warm, horizon=upper)
+    if answer.status is Status.INFEASIBLE:
+        if warm is None:
+            raise _infeasible(run.problem)
+        run.notes.append("the model has no solution within the warm start's makespan; keeping the warm start")
+    model_bound = run.user_time(answer.bound) if answer.bound is not None and sc.exact else None
+    run.model_bound = model_bound
+    lower = max(lb, model_bound) if model_bound is not None else lb
+    best, newest = run.best_of(answer)
+    proven = answer.status is Status.OPTIMAL and sc.exact and newest
+    return best, lower, proven
+
+
+def _least_offload(run: _Run, best: Schedule, share: float) -> Schedule:
+    """Phase OFFLOAD: at the makespan of ``best``, the least offloaded amount."""
+    run.progress.phase("least offload", "offloaded", run.user_memory, incumbent=best.offloaded,
+                       at=f"(at makespan {best.makespan:g})", gap=False)
+    answer = run.phase(Phase.OFFLOAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
+    better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+    if better is not None and better.offloaded < best.offloaded - 1e-12:
+        return better
+    return best
+
+
+def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -> Schedule:
+    o = run.options
+    params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
+              "objective": o.objective, "warm_start": o.warm_start}
+    if o.makespan_limit is not None:
+        params["makespan_limit"] = o.makespan_limit
+    sc = run.scaling
+    extra.update({"interrupted": run.interrupted, "notes": run.notes, "time_scale": sc.time_scale,
+                  "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
+    info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
+    return Schedule(run.problem, info, schedule.ops)
+
+
+def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
+    """Find an optimal (or the best found) schedule; see the module docstring."""
+    options = options or SolveOptions()
+    budget = Budget(options.time_limit, options.deterministic, options.started)
+    if options.objective not in OBJECTIVES:
+        raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
+    if not options.time_limit > 0:
+        raise InputError("time-limit", f"must be > 0 seconds, got {options.time_limit:g}")
+    backend = load_backend(options.solver)
+    if options.ignore_capacity:
+        problem = problem.replace(capacity=None)
+    require_feasible_capacity(problem)
+    run = _Run(problem, options, budget, backend)
+    try:
+        warm = _warm_start(run)
+        if options.objective == "memory":
+            return _solve_memory(run, warm)
+        return _solve_makespan(run, warm)
+    except KeyboardInterrupt:  # outside a search (which stops itself): the warm start is the best so far
+        run.interrupted = True
+        warm = run.warm
+        if warm is None or options.objective == "memory":
+            raise NoSolutionError("interrupted before any schedule was found") from None
+        run.notes.append("interrupted outside the search; the warm start is the best so far")
+        final = _finish(run, warm, "feasible", run.lb, warm_start=warm.method.name)
+        return SolveResult(final, "feasible", final.method.lower_bound, final.gap or 0.0, final.method.seconds,
+                           True, True, warm, None, run.notes, run.abandoned)
+    finally:
+        run.progress.end_phase()
+
+
+def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
+    options = run.options
+    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if run.use_offload else SHARE_MAKESPAN
+    keep = SHARE_OFFLOAD if run.use_offload else 0.0
+    lb = run.lb
+    best, lower, proven = _minimise_makespan(run, warm, share, keep)
+    if best is not None and best.offloaded > 0 and not run.interrupted:
+        best = _least_offload(run, best, SHARE_OFFLOAD)
+    from_warm = False
+    if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
+        best, from_warm = warm, True
+        run.notes.append(f"the warm start ({warm.method.name}) is better than any model solution found")
+    if best is None:
+        if run.interrupted:
+            raise NoSolutionError("interrupted before any schedule was found")
+        raise NoSolutionError(f"no schedule found within the time limit ({options.time_limit:g} s)")
+    status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
+    if status == "optimal" and not proven and best.makespan > lb + 1e-9:
+        status = "feasible"
+    final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
+                    warm_start=warm.method.name if warm is not None else None)
+    return SolveResult(final, status, lower, final.gap or 0.0, final.method.seconds, run.interrupted, from_warm,
+                       warm, run.model_bound, run.notes, run.abandoned)
+
+
+def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
+    """The least largest peak (then the least sum) with the makespan at most the limit."""
+    options, sc = run.options, run.scaling
+    lb = run.lb
+    known = [warm] if warm is not None else []
+    needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
+    if needs_best:
+        best, _, _ = _minimise_makespan(run, warm, SHARE_MAKESPAN_BEFORE_MEMORY, SHARE_MEMORY)
+        known += [best] if best is not None else []
+    best_known = min([s.makespan for s in known], default=None)
+    cap_time = _makespan_cap(options, best_known)
+    H = None if cap_time is None else int(cap_time * sc.time_scale + 1e-6)
+    fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + 1e-9]
+    start = min(fitting, key=lambda s: (max(s.peak_memory), sum(s.peak_memory)), default=None)
+    run.progress.phase("least memory", "peak", run.user_memory,
+                       incumbent=max(start.peak_memory) if start else None,
+                       at="" if cap_time is None else f"(makespan <= {cap_time:g})")
+    share = SHARE_MEMORY if needs_best else SHARE_MAKESPAN
+    answer = run.phase(Phase.MEMORY, run.budget.search(share), start, makespan_cap=H)
+    best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + 1e-9)
+    for s in fitting:
+        if best is None or (max(s.peak_memory), sum(s.peak_memory)) < (max(best.peak_memory), sum(best.peak_memory)):
+            best = s
+    if best is None:
+        if options.makespan_limit is not None:
+            raise NoSolutionError(f"no schedule within makespan limit {cap_time:g} was found in time")
+        raise NoSolutionError("no schedule was found within the time limit")
+    mem_lower = run.user_memory(answer.bound) if answer.bound is not None and sc.exact else None
+    proven = answer.status is Status.OPTIMAL and sc.exact
+    status = "optimal" if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
+        else "feasible"
+    final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)
+    return SolveResult(final, status, lb, final.gap or 0.0, final.method.seconds, run.interrupted,
+                       False, warm, None, run.notes, run.abandoned)
