@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -59,20 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "instances" / "scale"))
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    names = set()
-    for spec in specs():
-        data = suite.build(spec)
-        suite.require_feasible_capacity(suite.problem_from_dict(data))
-        assert spec.name not in names, f"duplicate name {spec.name}"
-        names.add(spec.name)
-        (out / f"{spec.name}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    stale = [p for p in out.glob("*.json") if p.stem not in names]
-    for path in stale:
-        path.unlink()
-    print(f"wrote {len(names)} problems to {out}" + (f" (removed {len(stale)} stale)" if stale else ""))
-    return 0
+    return suite.write_problems(specs(), Path(args.out))
 
 
 if __name__ == "__main__":

@@ -172,17 +172,13 @@ def specs() -> list[Spec]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "instances" / "suite"))
-    args = parser.parse_args(argv)
-    out = Path(args.out)
+def write_problems(all_specs: list[Spec], out: Path) -> int:
+    """Write each spec's problem to ``out`` (checked feasible), remove files no spec writes."""
     out.mkdir(parents=True, exist_ok=True)
     names = set()
-    for spec in specs():
+    for spec in all_specs:
         data = build(spec)
-        problem = problem_from_dict(data)
-        require_feasible_capacity(problem)
+        require_feasible_capacity(problem_from_dict(data))
         assert spec.name not in names, f"duplicate name {spec.name}"
         names.add(spec.name)
         (out / f"{spec.name}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -191,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         path.unlink()
     print(f"wrote {len(names)} problems to {out}" + (f" (removed {len(stale)} stale)" if stale else ""))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "instances" / "suite"))
+    args = parser.parse_args(argv)
+    return write_problems(specs(), Path(args.out))
 
 
 if __name__ == "__main__":

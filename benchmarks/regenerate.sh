@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 $PY benchmarks/make_suite.py
-$PY -m ppsolve bench instances --methods all --time-limit 20 --out docs/bench
-$PY -m ppsolve frontier instances/suite/lin-d4-m16-split-cap1_3-k1.json --time-limit 20 -o docs/images/frontier-lin-d4-m16-k1.png
-$PY -m ppsolve frontier instances/suite/vsh2-d4-m16-split-uneven-cap1_2.json --time-limit 20 -o docs/images/frontier-vsh2-d4-m16-uneven.png
+$PY -m ppsolve bench instances/*.json instances/suite --methods all --time-limit 5 --out docs/bench
+$PY -m ppsolve frontier instances/suite/lin-d4-m16-split-cap1_3-k1.json --time-limit 5 -o docs/images/frontier-lin-d4-m16-k1.png
+$PY -m ppsolve frontier instances/suite/vsh2-d4-m16-split-uneven-cap1_2.json --time-limit 5 -o docs/images/frontier-vsh2-d4-m16-uneven.png
 $PY -m ppsolve bench instances/suite/vsh2-d8-m16-split-cap1.json --methods zb-v --save-schedules --no-plots --quiet --out docs/example
 $PY -m ppsolve plot docs/example/schedules/vsh2-d8-m16-split-cap1/zb-v.json -o docs/images/gantt-zb-v-d8-m16.png
 $PY -m ppsolve solve instances/example.json -o docs/example/example-cpsat.json --time-limit 30 --threads 1 --seed 0 --quiet

@@ -123,7 +123,7 @@ def test_benchmarks_md_is_generated_from_results(problem_dir, tmp_path, monkeypa
     assert module.main(["--results", str(out / "results.csv"), "--instances", str(problem_dir),
                         "--out", str(target)]) == 0
     text = target.read_text()
-    assert "-m ppsolve bench instances --methods all" in text and "-m ppsolve frontier" in text  # regenerate.sh
+    assert "-m ppsolve bench instances/*.json instances/suite --methods all" in text and "-m ppsolve frontier" in text  # regenerate.sh
     assert "| serial | baseline | 2 |" in text  # summary: serial valid on both problems
     assert "| suite/b | 1f1b-test | skipped |" in text
     assert "![makespan over bound per method and problem](docs/bench/ratio.png)" in text
