@@ -23,7 +23,7 @@ TOLERANCE = 0.005
 # the sign); before that they are 1F1B-like here and no ZB rate can be reproduced.
 FAITHFUL_ZB = importlib.util.find_spec("ppsolve.baselines.zb_auto") is not None
 BEFORE_FAITHFUL = pytest.mark.xfail(not FAITHFUL_ZB, strict=True, reason="ZB baselines not yet faithful")
-NOT_REPRODUCED = pytest.mark.xfail(strict=True, reason="not reproduced (with branch baselines: 1.5B ZB-H1 0.1397 "
+NOT_REPRODUCED = pytest.mark.xfail(strict=True, reason="not reproduced (1.5B ZB-H1 0.1397 "
                                    "vs 0.1585, 28.3B ZB-H2 0.1100 vs 0.0641); see BENCHMARKS.md")
 
 
