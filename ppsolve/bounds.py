@@ -71,16 +71,19 @@ def _tails(problem: Problem) -> dict:
     return tail
 
 
-def _forward_heads(problem: Problem) -> list[float]:
-    """Earliest start of F(s, j) for each stage s: the F chain before it with latencies."""
-    heads = _longest_from(problem, None)
-    return [heads[(OpKind.F, s)] for s in range(problem.num_stages)]
+@dataclass(frozen=True)
+class _Chains:
+    """Per stage: the earliest start of F(s, j) (the forward chain before it, latencies included)
+    and the least time that must pass after B(s, j) ends (the backward chain below s, W included)."""
+
+    heads: tuple[float, ...]
+    tails: tuple[float, ...]
 
 
-def _backward_tails(problem: Problem) -> list[float]:
-    """Least time that must pass after B(s, j) ends (the backward chain below s, W included)."""
-    tails = _tails(problem)
-    return [tails[(OpKind.B, s)] for s in range(problem.num_stages)]
+def _chains(problem: Problem) -> _Chains:
+    heads, tails = _longest_from(problem, None), _tails(problem)
+    S = range(problem.num_stages)
+    return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
 
 
 def critical_path(problem: Problem) -> float:
@@ -89,7 +92,7 @@ def critical_path(problem: Problem) -> float:
     return max(heads[key] + problem.duration(*key) + tails[key] for key in heads)
 
 
-def device_bound(problem: Problem, device: int) -> float:
+def device_bound(problem: Problem, device: int, chains: _Chains) -> float:
     """Head + load + tail of one device.
 
     Two valid bounds, the larger is kept: (a) the earliest start of any of its
@@ -101,7 +104,7 @@ def device_bound(problem: Problem, device: int) -> float:
     stages = problem.stages_of_device[device]
     if not stages:
         return 0.0
-    heads, tails = _forward_heads(problem), _backward_tails(problem)
+    heads, tails = chains.heads, chains.tails
     head = min(heads[s] for s in stages)
     m = problem.microbatches
     load = problem.device_load(device)
@@ -118,7 +121,7 @@ def _lifetime(problem: Problem, stage: int) -> float:
     return after[(OpKind.B, stage)] + problem.duration(OpKind.B, stage)
 
 
-def memory_bound(problem: Problem, device: int) -> float:
+def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
     """A makespan bound from the memory cap of ``device`` (0 when it is unbounded).
 
     Microbatch j keeps at least ``activation[s] - max_offload(s)`` of stage s on
@@ -131,7 +134,7 @@ def memory_bound(problem: Problem, device: int) -> float:
     cap = problem.capacity[device]
     if cap is None:
         return 0.0
-    heads, tails = _forward_heads(problem), _backward_tails(problem)
+    heads, tails = chains.heads, chains.tails
     m, best = problem.microbatches, 0.0
     for s in problem.stages_of_device[device]:
         kept = problem.activation[s] - problem.max_offload(s)
@@ -146,8 +149,9 @@ def memory_bound(problem: Problem, device: int) -> float:
 
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
-    devices = tuple(device_bound(problem, d) for d in range(problem.devices))
-    memory = tuple(memory_bound(problem, d) for d in range(problem.devices))
+    chains = _chains(problem)  # one microbatch's chains, shared by every device's bounds
+    devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
+    memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
     path = critical_path(problem)
     return MakespanBound(max(max(devices), max(memory), path), devices, path, memory)
 
