@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ppsolve.problem import PLACEMENTS
+from ppsolve.commands.layout_args import add_layout_arguments
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,12 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     hw.add_argument("--gpu", help="a bundled GPU profile: A100, H100, H200, GH200")
     hw.add_argument("--hardware", help="hardware description (ppsolve/hardware@1): a profile and overrides")
     parser.add_argument("--p2p", choices=("nvlink", "infiniband"), help="link between ranks (default nvlink)")
-    parser.add_argument("--devices", type=int, required=True, help="pipeline ranks d")
-    parser.add_argument("--chunks", type=int, default=1, help="stages per device v (default 1)")
-    parser.add_argument("--placement", choices=PLACEMENTS, default="linear")
-    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m per iteration")
-    parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
-    parser.add_argument("--backward", choices=("split", "fused"), default="split")
+    add_layout_arguments(parser)
     parser.add_argument("--offload", action="store_true", help="allow offload over the GPU's host link")
     parser.add_argument("--capacity", default="hbm", metavar="hbm|none|GIB",
                         help="activation cap per device: hbm (default: HBM less weights and Adam state), none, "

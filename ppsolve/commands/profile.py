@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ppsolve.problem import PLACEMENTS
+from ppsolve.commands.layout_args import add_layout_arguments
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -12,12 +12,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "profile", help="measure each stage's F, B, W times and activation bytes; write a problem file",
         description="Times in ms, memory in MiB (bandwidth in MiB/ms), measured with one thread on this machine.")
     parser.add_argument("--model", required=True, help="model description (models/*.json)")
-    parser.add_argument("--devices", type=int, required=True, help="pipeline ranks d")
-    parser.add_argument("--chunks", type=int, default=1, help="stages per device v (default 1)")
-    parser.add_argument("--placement", choices=PLACEMENTS, default="linear")
-    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m per iteration")
-    parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
-    parser.add_argument("--backward", choices=("split", "fused"), default="split")
+    add_layout_arguments(parser)
     parser.add_argument("--offload", action="store_true", help="allow offload, with the measured host-copy bandwidth")
     parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
