@@ -46,6 +46,15 @@ def test_zb_h1_bubble_is_d_minus_1_times_f_plus_b_minus_w(d, m, F, B, W):
     assert max(schedule.peak_memory) == min(d, m)
 
 
+@pytest.mark.parametrize("d,m", [(d, m) for d, m in SIZES if m >= d])
+@pytest.mark.parametrize("F,B,W", [(1, 1, 1), (2, 2, 2)])
+def test_handcrafted_zb_h1_has_the_papers_bubble_at_1f1b_memory(d, m, F, B, W):
+    schedule = build("zb-h1-handcrafted", make_problem(d, m, F=F, B=B, W=W))
+    assert schedule.makespan == m * (F + B + W) + (d - 1) * (F + B - W)
+    # 1F1B's activations (d - i on device i) plus the weight-gradient inputs held for the deferred W's
+    assert max(schedule.peak_memory) <= d
+
+
 @pytest.mark.parametrize("d,m", [(d, m) for d, m in SIZES if m >= 2 * d - 1])
 def test_zb_h2_within_2d_and_no_idle_beyond_the_bound(d, m):
     problem = make_problem(d, m)

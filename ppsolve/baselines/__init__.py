@@ -29,6 +29,8 @@ _method("interleaved-1f1b", interleaved.build_interleaved, interleaved.INTERLEAV
         "Megatron's virtual-pipeline 1F1B, microbatch groups of d, any m and v")
 _method("zb-h1", zero_bubble.build_zb_h1, zero_bubble.LINEAR_SPLIT,
         "zero-bubble H1: the zero-bubble heuristic on real costs, every device within d microbatches")
+_method("zb-h1-handcrafted", zero_bubble.build_zb_h1_handcrafted, zero_bubble.LINEAR_SPLIT,
+        "the zero-bubble paper's handcrafted ZB-H1: 1F1B with device i's W(j) after B(j+i)")
 _method("zb-h2", zero_bubble.build_zb_h2, zero_bubble.LINEAR_SPLIT,
         "zero-bubble H2: the zero-bubble heuristic on real costs, every device within 2d microbatches")
 _method("zb-v", vshape.build_zb_v, vshape.VSHAPE_SPLIT,

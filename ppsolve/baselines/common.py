@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gc
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -108,15 +109,24 @@ def memory_text(x: float) -> str:
 
 def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
     """Insert W(s,j) right after each B(s,j) when the backward is split."""
+    return with_w_deferred(problem, order, 0)
+
+
+def with_w_deferred(problem: Problem, order: list[Op], delay: int) -> list[Op]:
+    """Insert each W(s,j) after the ``delay``-th B that follows B(s,j) (the last ``delay`` W's at the
+    end) when the backward is split: W(s,j) right after B(s,j+delay) in a 1F1B order."""
     if not problem.split_backward:
         return order
     out: list[Op] = []
+    pending: deque[Op] = deque()
     for op in order:
         out.append(op)
         if op.kind is OpKind.B:
-            out.append(Op(OpKind.W, op.stage, op.microbatch))
+            pending.append(Op(OpKind.W, op.stage, op.microbatch))
+            if len(pending) > delay:
+                out.append(pending.popleft())
+    out.extend(pending)
     return out
-
 
 
 def without_gc(build):

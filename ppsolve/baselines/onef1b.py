@@ -25,17 +25,18 @@ def gpipe_orders(problem: Problem) -> list[list[Op]]:
             for i in range(problem.devices)]
 
 
-def onef1b_orders(problem: Problem) -> list[list[Op]]:
+def onef1b_forward_backward(problem: Problem, device: int) -> list[Op]:
+    """Device ``device``'s 1F1B order of forwards and backwards (no W)."""
     d, m = problem.devices, problem.microbatches
-    orders = []
-    for i in range(d):
-        warm = min(d - 1 - i, m)
-        order = [F(i, j) for j in range(warm)]
-        for k in range(m - warm):
-            order += [F(i, warm + k), B(i, k)]
-        order += [B(i, j) for j in range(m - warm, m)]
-        orders.append(with_w_after_b(problem, order))
-    return orders
+    warm = min(d - 1 - device, m)
+    order = [F(device, j) for j in range(warm)]
+    for k in range(m - warm):
+        order += [F(device, warm + k), B(device, k)]
+    return order + [B(device, j) for j in range(m - warm, m)]
+
+
+def onef1b_orders(problem: Problem) -> list[list[Op]]:
+    return [with_w_after_b(problem, onef1b_forward_backward(problem, i)) for i in range(problem.devices)]
 
 
 def build_gpipe(problem: Problem, options: RunOptions) -> Schedule:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 
-from ppsolve.baselines.common import Requirement, finish
+from ppsolve.baselines.common import Requirement, finish, with_w_deferred
+from ppsolve.baselines.onef1b import onef1b_forward_backward
 from ppsolve.baselines.zb_auto import zb_auto_orders
 from ppsolve.errors import InfeasibleError
 from ppsolve.methods import RunOptions
+from ppsolve.ops import Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
@@ -37,3 +39,14 @@ def _build(name: str, microbatches) -> callable:
 
 build_zb_h1 = _build("zb-h1", lambda d: d)
 build_zb_h2 = _build("zb-h2", lambda d: 2 * d)
+
+
+def zb_h1_handcrafted_orders(problem: Problem) -> list[list[Op]]:
+    """The zero-bubble paper's handcrafted ZB-H1 (its Figure 3): 1F1B's forwards and backwards, with
+    device i running W(j) after B(j + i), so its last i W's fill the cool-down."""
+    return [with_w_deferred(problem, onef1b_forward_backward(problem, i), i) for i in range(problem.devices)]
+
+
+def build_zb_h1_handcrafted(problem: Problem, options: RunOptions) -> Schedule:
+    started = time.perf_counter()
+    return finish(problem, zb_h1_handcrafted_orders(problem), "zb-h1-handcrafted", options, started)
