@@ -29,6 +29,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 from ppsolve.baselines.common import SMALL_OPS, memory_deltas
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
@@ -78,6 +80,8 @@ class _Builder:
         self.bubble = [0.0] * d
         self.most_bubble = 0.0
         self.mattered: set[str] = set()  # the switches some decision depended on
+        # every long-wait decision: (device, wait, most_bubble, device's bubble, taken) (see repeats)
+        self.decisions: list[tuple[int, float, float, float, bool]] = []
         self.pending: list[list[int]] = [[] for _ in range(d)]
         self.next_w = [0] * d
         self.orders: list[list[tuple[int, int, int]]] = [[] for _ in range(d)]
@@ -151,11 +155,28 @@ class _Builder:
         pending, w_cost, w_stage, cur = self.pending[i], self.cost[_W], self.stage[i][_W], self.cur
         while self.next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[self.next_w[i]]]]:
             self.put_w(i)
-        if self.next_w[i] < len(pending) and arrival - cur[i] > self.max_bubble(i) - self.bubble[i]:
-            if switch:
-                self.mattered.add(switch)
-            if switch is None or getattr(self, switch):
-                self.put_w(i)
+        if self.next_w[i] < len(pending):
+            wait = arrival - cur[i]
+            long_wait = wait > self.max_bubble(i) - self.bubble[i]
+            self.decisions.append((i, wait, self.most_bubble, self.bubble[i], long_wait))
+            if long_wait:
+                if switch:
+                    self.mattered.add(switch)
+                if switch is None or getattr(self, switch):
+                    self.put_w(i)
+
+    def repeats(self, approved: tuple[float, ...]) -> bool:
+        """Whether a run with ``approved`` idle times would make this run again.
+
+        ``approved`` enters only the long-wait test of :meth:`fill_wait`; while every such
+        test comes out as it did here, the rerun places every op as this run did.
+        """
+        if not self.decisions:
+            return True
+        device, wait, most, bubble, taken = (np.array(column) for column in zip(*self.decisions))
+        approved_ = np.array(approved)
+        limit = np.maximum(most, approved_.max() - approved_[device]) - bubble
+        return bool(((wait > limit) == taken).all())
 
     def warm_up(self) -> None:
         d, m = self.d, self.m
@@ -252,7 +273,7 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
         consulted: set[str] = set()
         chains.append((switches, consulted))
         approved = None
-        for _ in range(_RERUNS):
+        for attempt in range(_RERUNS):
             give_up = min((r.makespan for r in runs), default=float("inf")) if prune else float("inf")
             builder = _Builder(problem, limit, fill_b, fill_f, approved, give_up)
             try:
@@ -265,6 +286,12 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
             if approved is not None and run.max_bubble >= max(approved):
                 break
             approved = run.bubble
+            if attempt + 1 < _RERUNS and builder.repeats(approved):
+                # the rerun would place every op as this run did: kept unless a faster run prunes it,
+                # and the chain ends either way
+                if not prune or run.makespan <= min(r.makespan for r in runs):
+                    runs.append(run)
+                break
     return runs
 
 
