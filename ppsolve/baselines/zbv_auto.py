@@ -52,6 +52,11 @@ class VRun:
     orders: list[list[tuple[int, int, int]]]  # (kind, stage, microbatch)
 
 
+def _at(ends: list[float], j: int) -> float | None:
+    """When microbatch ``j`` of a lane ends (None: not placed yet)."""
+    return ends[j] if j < len(ends) else None
+
+
 class _Builder:
     """One variant's orders on a V-shape, timed as they are placed.
 
@@ -87,54 +92,55 @@ class _Builder:
         self.orders: list[list[tuple[int, int, int]]] = [[] for _ in range(d)]
 
     def placed(self, i: int, kind: int, lane: int, j: int) -> float | None:
-        ends = self.ends[i][kind][lane]
-        return ends[j] if j < len(ends) else None
+        return _at(self.ends[i][kind][lane], j)
 
     def max_bubble(self, i: int) -> float:
         return max(self.most_bubble, self.max_approved - self.approved[i])
 
     def put(self, kind: int, lane: int, i: int) -> None:
-        counts = self.count[i][kind]
-        j = counts[lane]
+        counts = self.count[i]
+        j = counts[kind][lane]
         if j >= self.m:
             raise _Stuck
         s = self.stage[i][kind][lane]
         cost = self.cost[kind][s]
-        free = self.cur[i] + cost
-        finish = free
+        free = finish = self.cur[i] + cost
         if kind != _W:
             src = self.source[i][lane]
             if src >= 0:
                 ends = self.ends[src][kind][lane]
                 if j >= len(ends):
                     raise _Stuck
-                finish = max(free, ends[j] + self.comm + cost)
+                arrival = ends[j] + self.comm + cost
+                if arrival > free:
+                    finish = arrival
             elif kind or lane:  # the turn of the V: its input is on this device
                 turn = (_F, 0) if kind == _F else ((_F, 1) if lane == 0 else (_B, 0))
-                if self.count[i][turn[0]][turn[1]] <= j:
+                if counts[turn[0]][turn[1]] <= j:
                     raise _Stuck
             self.ends[i][kind][lane].append(finish)
             if kind == _B:
                 self.pending[i].append(lane)
-        if finish > free and self.count[i][_F][0] > 0:
-            self.bubble[i] += finish - free
-            if self.bubble[i] > self.most_bubble:
-                self.most_bubble = self.bubble[i]
+        if finish > free and counts[_F][0] > 0:
+            bubble = self.bubble[i] = self.bubble[i] + (finish - free)
+            if bubble > self.most_bubble:
+                self.most_bubble = bubble
         if finish > self.give_up:
             raise _Stuck
         self.cur[i] = finish
-        self.mem[i] += self.delta[kind][s]
-        if self.mem[i] > self.limit:
+        mem = self.mem[i] = self.mem[i] + self.delta[kind][s]
+        if mem > self.limit:
             raise _Stuck
-        counts[lane] = j + 1
+        counts[kind][lane] = j + 1
         self.orders[i].append((kind, s, j))
 
     def put_w(self, i: int) -> None:
-        if self.next_w[i] >= len(self.pending[i]):
+        k = self.next_w[i]
+        pending = self.pending[i]
+        if k >= len(pending):
             raise _Stuck
-        lane = self.pending[i][self.next_w[i]]
-        self.next_w[i] += 1
-        self.put(_W, lane, i)
+        self.next_w[i] = k + 1
+        self.put(_W, pending[k], i)
 
     def has_w(self, i: int) -> bool:
         return self.next_w[i] < len(self.pending[i])
@@ -143,8 +149,8 @@ class _Builder:
         return self.mem[i] + self.delta[kind][self.stage[i][kind][lane]] <= self.limit
 
     def room_for(self, i: int, kind: int, lane: int) -> None:
-        s = self.stage[i][kind][lane]
-        while self.mem[i] + self.delta[kind][s] > self.limit:
+        change, mem, limit = self.delta[kind][self.stage[i][kind][lane]], self.mem, self.limit
+        while mem[i] + change > limit:
             self.put_w(i)
 
     def fill_wait(self, i: int, arrival: float | None, switch: str | None) -> None:
@@ -152,13 +158,14 @@ class _Builder:
         if arrival is None:
             return
         arrival += self.comm
-        pending, w_cost, w_stage, cur = self.pending[i], self.cost[_W], self.stage[i][_W], self.cur
-        while self.next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[self.next_w[i]]]]:
+        pending, next_w, cur = self.pending[i], self.next_w, self.cur
+        w_cost, w_stage = self.cost[_W], self.stage[i][_W]
+        while next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[next_w[i]]]]:
             self.put_w(i)
-        if self.next_w[i] < len(pending):
-            wait = arrival - cur[i]
-            long_wait = wait > self.max_bubble(i) - self.bubble[i]
-            self.decisions.append((i, wait, self.most_bubble, self.bubble[i], long_wait))
+        if next_w[i] < len(pending):
+            wait, most, bubble = arrival - cur[i], self.most_bubble, self.bubble[i]
+            long_wait = wait > max(most, self.max_approved - self.approved[i]) - bubble
+            self.decisions.append((i, wait, most, bubble, long_wait))
             if long_wait:
                 if switch:
                     self.mattered.add(switch)
@@ -207,40 +214,39 @@ class _Builder:
                 lane = 1 - lane
 
     def steady(self) -> None:
-        d, m = self.d, self.m
+        d, m, count, ends = self.d, self.m, self.count, self.ends
         for i in range(d):
             self.room_for(i, _B, 0)
         first, second = [], []
         for i in range(d):
-            done0, done1 = self.count[i][_B]
+            done0, done1 = count[i][_B]
             if done1 >= done0:
                 second.append(i)
-            elif i == d - 1 or self.placed(i + 1, _B, 1, done1) is not None or done0 >= m:
+            elif i == d - 1 or done1 < len(ends[i + 1][_B][1]) or done0 >= m:
                 first.append(i)
             else:
                 second.append(i)
         for i, lane in [(i, 1) for i in reversed(first)] + [(i, 0) for i in second]:
-            j = self.count[i][_B][lane]
             src = i + 1 if lane == 1 else i - 1
-            arrival = self.placed(src, _B, lane, j) if 0 <= src < d else None
-            self.fill_wait(i, arrival, None if lane == 1 else "fill_b")
+            if 0 <= src < d:
+                self.fill_wait(i, _at(ends[src][_B][lane], count[i][_B][lane]), None if lane == 1 else "fill_b")
             self.put(_B, lane, i)
         for i in range(d):
-            f0, f1 = self.count[i][_F]
+            f0, f1 = count[i][_F]
             if f1 >= m:
                 continue
             if f1 >= f0:
                 lane = 0
-            elif i == d - 1 or self.placed(i + 1, _F, 1, f1) is not None:
+            elif i == d - 1 or f1 < len(ends[i + 1][_F][1]):
                 lane = 1
-            elif f0 < m and (i == 0 or self.placed(i - 1, _F, 0, f0) is not None):
+            elif f0 < m and (i == 0 or f0 < len(ends[i - 1][_F][0])):
                 lane = 0
             else:
                 continue
             self.room_for(i, _F, lane)
             src = i + 1 if lane == 1 else i - 1
-            arrival = self.placed(src, _F, lane, self.count[i][_F][lane]) if 0 <= src < d else None
-            self.fill_wait(i, arrival, "fill_f")
+            if 0 <= src < d:
+                self.fill_wait(i, _at(ends[src][_F][lane], count[i][_F][lane]), "fill_f")
             self.put(_F, lane, i)
 
     def build(self) -> VRun:
