@@ -49,6 +49,7 @@ def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None,
     move the most allowed (``fraction * activation``). ``waits[op]`` lists ops
     of the same device whose end ``op`` waits for (contract version 2: a forward
     may wait for the offload that frees its memory).
+    Returns the timed actions in the plan's order: device 0's list, then device 1's, ...
     Raises InputError for an incomplete or misplaced plan, DeadlockError for an
     order that can never finish.
     """
@@ -229,14 +230,20 @@ class _Engine:
         for kind in problem.kinds:
             durations[_KIND_CODE[kind] * S:(_KIND_CODE[kind] + 1) * S] = [problem.duration(kind, s) for s in range(S)]
         duration = durations[code * S + stage]
-        self.amount = [0.0] * n
-        self.lane = [-1] * n
-        for i in np.flatnonzero(code >= _KIND_CODE[_OFF]).tolist():
-            kind, s, j = self.ops[i]
-            amount = amounts.get((s, j), problem.max_offload(s))
-            self.amount[i] = amount
-            duration[i] = problem.duration(kind, s, amount)
-            self.lane[i] = problem.lane(self.device[i], kind)
+        amount = np.zeros(n)
+        lane = np.full(n, -1, dtype=np.int64)
+        transfers = np.flatnonzero(code >= _KIND_CODE[_OFF])
+        if len(transfers):
+            ops, default = self.ops, [problem.max_offload(s) for s in range(S)]
+            moved = np.array([amounts.get((ops[i][1], ops[i][2]), default[ops[i][1]]) for i in transfers.tolist()],
+                             dtype=float)
+            amount[transfers] = moved
+            kind, on = code[transfers] - _KIND_CODE[_OFF], device[transfers]
+            duration[transfers] = moved / np.where(kind == 0, problem.offload.d2h, problem.offload.h2d)
+            lanes = np.array([[problem.lane(d, k) for k in (_OFF, _REL)] for d in range(problem.devices)])
+            lane[transfers] = lanes[on, kind]
+        self.amount: list[float] = amount.tolist()
+        self.lane: list[int] = lane.tolist()
         self.duration: list[float] = duration.tolist()
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._add_data_edges()
@@ -249,16 +256,22 @@ class _Engine:
         problem = self.problem
         code = self.code
         expected = self.S * self.M * len(problem.kinds)
-        odd = code >= (_KIND_CODE[_W] if not problem.split_backward else _KIND_CODE[_OFF])
-        for i in np.flatnonzero(odd).tolist():  # W's of a fused backward, transfers
+        transfer = code >= _KIND_CODE[_OFF]
+        # the other transfer of the same (stage, microbatch): OFFLOAD <-> RELOAD
+        partner = ((_KIND_CODE[_OFF] + _KIND_CODE[_REL] - code) * self.S + self.stage) * self.M + self.mb
+        odd = transfer & (self._slot[np.where(transfer, partner, 0)] < 0)  # a transfer without its pair
+        if problem.offload is None:
+            odd |= transfer
+        if not problem.split_backward:
+            odd |= code == _KIND_CODE[_W]
+        for i in np.flatnonzero(odd).tolist():  # the first in list order says what is wrong
             kind, s, j = op = self.ops[i]
             if kind is _W:
                 raise InputError(where, f"{op}: fused backward has no W ops")
             if problem.offload is None:
                 raise InputError(where, f"{op}: the problem has no offload link")
-            partner = Op(_REL if kind is _OFF else _OFF, s, j)
-            if self.index_of(partner) < 0:
-                raise InputError(where, f"{op} has no matching {partner.kind.value}")
+            partner_kind = _REL if kind is _OFF else _OFF
+            raise InputError(where, f"{op} has no matching {partner_kind.value}")
         compute = int((code < _KIND_CODE[_OFF]).sum())
         if compute != expected:
             missing = next(op for op in problem.compute_ops() if self.index_of(op) < 0)
@@ -352,67 +365,43 @@ class _Engine:
 
     def run(self, dynamic_lanes: bool) -> list[ScheduledOp]:
         """Time every op. ``dynamic_lanes``: transfers share their lane first come, first served
-        (a plan); otherwise the graph already orders each lane (a re-timing)."""
+        (a plan); otherwise the graph already orders each lane (a re-timing).
+
+        An op starts once every op it waits for has ended (plus the lag). Only a transfer of a
+        plan may wait longer, for its lane: those go through an event queue in time order (at one
+        instant transfers first, then by the time they became ready, device and position), and so
+        do compute ops that end at the instant they start, which may make another transfer ready
+        at that instant. Every other op starts when it is ready whatever the order it is taken in,
+        so it is taken at once (before the queue's next event): the times are those of an event
+        queue holding every op, at a fraction of the cost.
+        """
+        n = len(self.ops)
         first, target, lags, indeg = self._successors()
-        if dynamic_lanes and (self.code >= _KIND_CODE[_OFF]).any():
-            start, end, done = self._run_events(first, target, lags, indeg)
-        else:
-            start, end, done = self._run_ready(first, target, lags, indeg)
-        if done < len(self.ops):
-            raise DeadlockError(self._deadlock_message(indeg))
-        new = functools.partial(tuple.__new__, ScheduledOp)
-        kinds, stages, microbatches = zip(*self.ops) if self.ops else ((), (), ())
-        return list(map(new, zip(kinds, stages, microbatches, self.device, start, end, self.amount)))
-
-    def _run_ready(self, first: list[int], target: list[int], lags: list[float],
-                   indeg: list[int]) -> tuple[list[float], list[float], int]:
-        """Every op starts once its predecessors allow: with no lane to share, any topological
-        order gives the same times, so a stack of ready ops serves."""
-        n = len(self.ops)
-        duration = self.duration
-        start = [0.0] * n
-        end = [0.0] * n
-        stack = [i for i in range(n) if indeg[i] == 0]
-        done = 0
-        while stack:
-            i = stack.pop()
-            finish = end[i] = start[i] + duration[i]
-            done += 1
-            for k in range(first[i], first[i + 1]):
-                v = target[k]
-                if finish + lags[k] > start[v]:
-                    start[v] = finish + lags[k]
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    stack.append(v)
-        return start, end, done
-
-    def _run_events(self, first: list[int], target: list[int], lags: list[float],
-                    indeg: list[int]) -> tuple[list[float], list[float], int]:
-        """A time-ordered event loop: a transfer whose lane is busy waits until it frees; at one
-        instant transfers go first, then by the time they became ready, device and position."""
-        n = len(self.ops)
         duration, lane, device, position = self.duration, self.lane, self.device, self.position
+        queued = [False] * n
+        if dynamic_lanes and (self.code >= _KIND_CODE[_OFF]).any():
+            queued = [k >= 0 or t == 0 for k, t in zip(lane, duration)]
         ready = [0.0] * n
-        start = [0.0] * n
         end = [0.0] * n
-        done = 0
-        heap: list[tuple] = []
+        stack = [i for i in range(n) if indeg[i] == 0 and not queued[i]]
+        heap = [(0.0, lane[i] < 0, 0.0, device[i], position[i], i) for i in range(n) if indeg[i] == 0 and queued[i]]
+        heapq.heapify(heap)
         lane_free: dict[int, float] = {}
         heappush, heappop = heapq.heappush, heapq.heappop
-        for i in range(n):
-            if indeg[i] == 0:
-                heappush(heap, (0.0, lane[i] < 0, 0.0, device[i], position[i], i))
-        while heap:
-            t, is_compute, first_ready, dev, pos, i = heappop(heap)
-            if not is_compute:
-                free = lane_free.get(lane[i], 0.0)
-                if free > t:
-                    heappush(heap, (free, False, first_ready, dev, pos, i))
-                    continue
-                lane_free[lane[i]] = t + duration[i]
-            start[i] = t
-            finish = end[i] = t + duration[i]
+        done = 0
+        while stack or heap:
+            if stack:
+                i = stack.pop()
+            else:
+                t, is_compute, first_ready, dev, pos, i = heappop(heap)
+                if not is_compute:
+                    free = lane_free.get(lane[i], 0.0)
+                    if free > t:
+                        heappush(heap, (free, False, first_ready, dev, pos, i))
+                        continue
+                    lane_free[lane[i]] = t + duration[i]
+                ready[i] = t
+            finish = end[i] = ready[i] + duration[i]
             done += 1
             for k in range(first[i], first[i + 1]):
                 v = target[k]
@@ -420,8 +409,15 @@ class _Engine:
                     ready[v] = finish + lags[k]
                 indeg[v] -= 1
                 if indeg[v] == 0:
-                    heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
-        return start, end, done
+                    if queued[v]:
+                        heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
+                    else:
+                        stack.append(v)
+        if done < n:
+            raise DeadlockError(self._deadlock_message(indeg))
+        new = functools.partial(tuple.__new__, ScheduledOp)
+        kinds, stages, microbatches = zip(*self.ops) if self.ops else ((), (), ())
+        return list(map(new, zip(kinds, stages, microbatches, device, ready, end, self.amount)))
 
     def _deadlock_message(self, indeg: list[int]) -> str:
         stuck = []
