@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -12,7 +11,6 @@ from ppsolve.problem import Problem
 
 _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
 _CODE = {_F: 0, _B: 1, _W: 2, _OFF: 3, _REL: 4}
-_FIELDS = attrgetter("kind", "stage", "start", "end", "amount")
 
 
 def _signed_sizes(problem: Problem) -> np.ndarray:
@@ -34,16 +32,16 @@ class _Events:
     the device that holds the op's stage."""
 
     def __init__(self, problem: Problem, ops: Iterable):
-        rows = list(map(_FIELDS, ops))
-        kinds, stages, starts, ends, amounts = zip(*rows) if rows else ((),) * 5
-        codes = [_CODE.get(kind, -1) for kind in kinds]
+        ops = list(ops)
+        codes = [_CODE.get(op.kind, -1) for op in ops]
         if -1 in codes:
-            raise ValueError(f"no memory rule for op kind {kinds[codes.index(-1)]!r}")
+            raise ValueError(f"no memory rule for op kind {ops[codes.index(-1)].kind!r}")
         code = np.array(codes, dtype=np.int64)
-        stage = np.array(stages, dtype=np.int64)
-        amount = np.array(amounts, dtype=float)
+        stage = np.array([op.stage for op in ops], dtype=np.int64)
+        amount = np.array([op.amount for op in ops], dtype=float)
         allocates = (code == _CODE[_F]) | (code == _CODE[_REL])
-        time = np.where(allocates, np.array(starts, dtype=float), np.array(ends, dtype=float))
+        time = np.where(allocates, np.array([op.start for op in ops], dtype=float),
+                        np.array([op.end for op in ops], dtype=float))
         delta = np.where(code == _CODE[_OFF], -amount, np.where(code == _CODE[_REL], amount, 0.0))
         compute = code < _CODE[_OFF]
         delta[compute] = _signed_sizes(problem)[code[compute], stage[compute]]

@@ -7,8 +7,6 @@ every baseline output re-times to itself.
 
 from __future__ import annotations
 
-import functools
-import gc
 import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -116,22 +114,3 @@ def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
         if op.kind is OpKind.B:
             out.append(Op(OpKind.W, op.stage, op.microbatch))
     return out
-
-
-
-def without_gc(build):
-    """Run a builder with the cyclic garbage collector paused.
-
-    Building and timing a large plan allocates hundreds of thousands of small
-    tuples and no cycles; the collector's passes over them cost a third of the time.
-    """
-    @functools.wraps(build)
-    def wrapper(problem: Problem, options: RunOptions) -> Schedule:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return build(problem, options)
-        finally:
-            if enabled:
-                gc.enable()
-    return wrapper
