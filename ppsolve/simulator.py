@@ -377,14 +377,15 @@ class _Engine:
         """
         n = len(self.ops)
         first, target, lags, indeg = self._successors()
-        duration, lane, device, position = self.duration, self.lane, self.device, self.position
+        duration, lane = self.duration, self.lane
         queued = [False] * n
         if dynamic_lanes and (self.code >= _KIND_CODE[_OFF]).any():
             queued = [k >= 0 or t == 0 for k, t in zip(lane, duration)]
         ready = [0.0] * n
         end = [0.0] * n
         stack = [i for i in range(n) if indeg[i] == 0 and not queued[i]]
-        heap = [(0.0, lane[i] < 0, 0.0, device[i], position[i], i) for i in range(n) if indeg[i] == 0 and queued[i]]
+        # events (time, is compute, time it became ready, index): the index orders by device, then position
+        heap = [(0.0, lane[i] < 0, 0.0, i) for i in range(n) if indeg[i] == 0 and queued[i]]
         heapq.heapify(heap)
         lane_free: dict[int, float] = {}
         heappush, heappop = heapq.heappush, heapq.heappop
@@ -393,11 +394,11 @@ class _Engine:
             if stack:
                 i = stack.pop()
             else:
-                t, is_compute, first_ready, dev, pos, i = heappop(heap)
+                t, is_compute, first_ready, i = heappop(heap)
                 if not is_compute:
                     free = lane_free.get(lane[i], 0.0)
                     if free > t:
-                        heappush(heap, (free, False, first_ready, dev, pos, i))
+                        heappush(heap, (free, False, first_ready, i))
                         continue
                     lane_free[lane[i]] = t + duration[i]
                 ready[i] = t
@@ -405,19 +406,20 @@ class _Engine:
             done += 1
             for k in range(first[i], first[i + 1]):
                 v = target[k]
-                if finish + lags[k] > ready[v]:
-                    ready[v] = finish + lags[k]
+                t = finish + lags[k]
+                if t > ready[v]:
+                    ready[v] = t
                 indeg[v] -= 1
                 if indeg[v] == 0:
                     if queued[v]:
-                        heappush(heap, (ready[v], lane[v] < 0, ready[v], device[v], position[v], v))
+                        heappush(heap, (ready[v], lane[v] < 0, ready[v], v))
                     else:
                         stack.append(v)
         if done < n:
             raise DeadlockError(self._deadlock_message(indeg))
         new = functools.partial(tuple.__new__, ScheduledOp)
         kinds, stages, microbatches = zip(*self.ops) if self.ops else ((), (), ())
-        return list(map(new, zip(kinds, stages, microbatches, device, ready, end, self.amount)))
+        return list(map(new, zip(kinds, stages, microbatches, self.device, ready, end, self.amount)))
 
     def _deadlock_message(self, indeg: list[int]) -> str:
         stuck = []
