@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from ppsolve.baselines.common import over_capacity
 from ppsolve.ops import Op, OpKind
@@ -61,8 +61,7 @@ class Plan:
         return simulate(problem, self.orders, self.amounts, self.waits)
 
 
-@dataclass(frozen=True)
-class _Transfer:
+class _Transfer(NamedTuple):
     op: Op
     start: float  # planned
     end: float
