@@ -13,7 +13,8 @@ from typing import Iterable
 from ppsolve.dependencies import RULES as DEPENDENCY_RULES, dependency_table
 from ppsolve.errors import PpsolveError
 from ppsolve.memory import memory_events, peak_memory
-from ppsolve.ops import COMPUTE_KINDS, Op, OpKind
+from ppsolve.gcpause import without_gc
+from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
 
@@ -113,14 +114,16 @@ class _Checker:
     # ----- rules -----
     def completeness(self) -> bool:
         p = self.problem
-        counts = Counter(op.op for op in self.schedule.ops)
+        keys = [op.op for op in self.schedule.ops]
+        counts = Counter(keys)
         for op, count in counts.items():
             if count > 1:
                 self.add("complete", f"{op} appears {count} times", self.by_op.get(op))
-        for op in self.schedule.ops:
-            self.by_op.setdefault(op.op, op)
-        expected = set(p.compute_ops())
-        missing = [op for op in p.compute_ops() if op not in counts]
+        for key, op in zip(keys, self.schedule.ops):
+            self.by_op.setdefault(key, op)
+        compute_ops = p.compute_ops()
+        expected = set(compute_ops)
+        missing = [op for op in compute_ops if op not in counts]
         for op in missing[:10]:
             self.add("complete", f"{op} is missing")
         if len(missing) > 10:
@@ -144,7 +147,7 @@ class _Checker:
                 self.add("device", f"{op.op} is on device {op.device}, but stage {op.stage} is on device {home}", op)
             if op.start < -self.eps:
                 self.add("start", f"{op.op} starts at {op.start:g} < 0", op)
-            if op.kind.is_transfer:
+            if op.kind in TRANSFER_KINDS:
                 limit = p.max_offload(op.stage)
                 if not 0 < op.amount <= limit + self.eps:
                     self.add("amount", f"{op.op} moves {op.amount:g}; allowed is (0, {limit:g}] "
@@ -258,6 +261,7 @@ class _Checker:
         return "\n".join(lines)
 
 
+@without_gc
 def check(schedule: Schedule) -> CheckReport:
     """Check ``schedule`` against every rule of SPEC.md and re-time it."""
     checker = _Checker(schedule)

@@ -4,18 +4,58 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_CODE = {_F: 0, _B: 1, _W: 2, _OFF: 3, _REL: 4}
 
-# Per kind: (time, 0 for a release / 1 for an allocation, signed amount) of the one memory event of an op.
-_EVENT = {
-    OpKind.F: lambda p, op: (op.start, 1, p.activation[op.stage]),
-    OpKind.RELOAD: lambda p, op: (op.start, 1, op.amount),
-    OpKind.OFFLOAD: lambda p, op: (op.end, 0, -op.amount),
-    OpKind.B: lambda p, op: (op.end, 0, -p.released_by(OpKind.B, op.stage)),
-    OpKind.W: lambda p, op: (op.end, 0, -p.released_by(OpKind.W, op.stage)),
-}
+
+def _signed_sizes(problem: Problem) -> np.ndarray:
+    """Per kind code and stage, the signed amount of an op's one memory event: +activation at
+    the start of F, what B (and W when split) release at their end; transfers move their amount
+    (+ at the start of RELOAD, - at the end of OFFLOAD) and have no entry here."""
+    S = problem.num_stages
+    sizes = np.zeros((5, S))
+    sizes[_CODE[_F]] = problem.activation
+    for kind in (_B, _W):
+        sizes[_CODE[kind]] = [-problem.released_by(kind, s) for s in range(S)]
+    return sizes
+
+
+class _Events:
+    """Every op's memory event as columns, grouped by device and sorted as they count:
+    by time, releases before allocations at one instant, otherwise in the order of ``ops``.
+    ``ops`` are ScheduledOp-like objects (kind, stage, start, end, amount); the event is on
+    the device that holds the op's stage."""
+
+    def __init__(self, problem: Problem, ops: Iterable):
+        ops = list(ops)
+        codes = [_CODE.get(op.kind, -1) for op in ops]
+        if -1 in codes:
+            raise ValueError(f"no memory rule for op kind {ops[codes.index(-1)].kind!r}")
+        code = np.array(codes, dtype=np.int64)
+        stage = np.array([op.stage for op in ops], dtype=np.int64)
+        amount = np.array([op.amount for op in ops], dtype=float)
+        allocates = (code == _CODE[_F]) | (code == _CODE[_REL])
+        time = np.where(allocates, np.array([op.start for op in ops], dtype=float),
+                        np.array([op.end for op in ops], dtype=float))
+        delta = np.where(code == _CODE[_OFF], -amount, np.where(code == _CODE[_REL], amount, 0.0))
+        compute = code < _CODE[_OFF]
+        delta[compute] = _signed_sizes(problem)[code[compute], stage[compute]]
+        device = np.asarray(problem.placement, dtype=np.int64)[stage]
+        keep = delta != 0
+        device, time, allocates, delta = device[keep], time[keep], allocates[keep], delta[keep]
+        order = np.lexsort((allocates, time, device))
+        self.time, self.delta = time[order], delta[order]
+        self.bounds = np.searchsorted(device[order], np.arange(problem.devices + 1)).tolist()
+
+    def of(self, device: int) -> tuple[np.ndarray, np.ndarray]:
+        """(times, signed amounts) of one device's events, in the order they count."""
+        a, b = self.bounds[device], self.bounds[device + 1]
+        return self.time[a:b], self.delta[a:b]
 
 
 def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, float]]]:
@@ -26,19 +66,11 @@ def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, flo
     by time with releases before allocations at one instant.
     ``ops`` are ScheduledOp-like objects (kind, stage, device, start, end, amount).
     """
-    events: list[list[tuple[float, int, float]]] = [[] for _ in range(problem.devices)]
-    for op in ops:
-        try:
-            event = _EVENT[op.kind]
-        except KeyError:
-            raise ValueError(f"no memory rule for op kind {op.kind!r}") from None
-        time, order, delta = event(problem, op)
-        if delta:
-            events[problem.placement[op.stage]].append((time, order, delta))
+    events = _Events(problem, ops)
     out = []
-    for device_events in events:
-        device_events.sort(key=lambda e: (e[0], e[1]))
-        out.append([(t, delta) for t, _, delta in device_events])
+    for device in range(problem.devices):
+        time, delta = events.of(device)
+        out.append(list(zip(time.tolist(), delta.tolist())))
     return out
 
 
@@ -59,13 +91,12 @@ def memory_curves(problem: Problem, ops: Iterable) -> list[list[tuple[float, flo
 
 def peak_memory(problem: Problem, ops: Iterable) -> list[float]:
     """Largest running sum of each device's memory events (releases before allocations)."""
+    events = _Events(problem, ops)
     peaks = []
-    for device_events in memory_events(problem, ops):
-        level = peak = 0.0
-        for _, delta in device_events:
-            level += delta
-            peak = max(peak, level)
-        peaks.append(peak)
+    for device in range(problem.devices):
+        _, delta = events.of(device)
+        top = np.cumsum(delta).max(initial=0.0)  # the running sum, added in order
+        peaks.append(float(top) if top > 0 else 0.0)
     return peaks
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from ppsolve.errors import InputError
+from ppsolve.gcpause import without_gc
 from ppsolve.jsonio import read_json, write_json_atomic
 from ppsolve.limits import MAX_OPS
 from ppsolve.memory import peak_memory
-from ppsolve.ops import Op, OpKind
+from ppsolve.ops import TRANSFER_KINDS, Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schemas import validate
 
@@ -41,7 +42,7 @@ class ScheduledOp(NamedTuple):
     def to_dict(self) -> dict:
         out = {"kind": self.kind.value, "stage": self.stage, "microbatch": self.microbatch,
                "device": self.device, "start": _num(self.start), "end": _num(self.end)}
-        if self.kind.is_transfer:
+        if self.kind in TRANSFER_KINDS:
             out["amount"] = _num(self.amount)
         return out
 
@@ -142,9 +143,10 @@ class Schedule:
     def with_method(self, method: MethodInfo) -> "Schedule":
         return Schedule(self.problem, method, self.ops)
 
+    @without_gc
     def to_dict(self) -> dict:
         # Stable: ops that start together (zero-duration ones) keep the order they were made in.
-        ops = sorted(self.ops, key=lambda o: (o.device, o.start, o.kind.is_compute))
+        ops = sorted(self.ops, key=lambda o: (o.device, o.start, o.kind not in TRANSFER_KINDS))
         return {"format": SCHEDULE_FORMAT, "problem": self.problem.to_dict(), "method": self.method.to_dict(),
                 "ops": [op.to_dict() for op in ops], "metrics": self.metrics()}
 
@@ -164,6 +166,7 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
+@without_gc
 def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     """Validate a schedule file's content; InputError names the bad field."""
     if isinstance(data, dict) and isinstance(data.get("ops"), list) and len(data["ops"]) > 2 * MAX_OPS:

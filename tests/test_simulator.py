@@ -70,6 +70,29 @@ def test_transfer_starts_when_its_lane_frees_even_inside_a_compute_op():
     assert sorted(retime(problem, ops)) == sorted(ops)
 
 
+def test_plan_comes_back_timed_in_list_order():
+    problem = make_problem(devices=2, microbatches=2)
+    orders = one_f_one_b_orders(problem)
+    assert [o.op for o in simulate(problem, orders)] == [op for actions in orders for op in actions]
+
+
+def test_zero_length_compute_op_does_not_jump_the_link_queue():
+    # d = 2, v = 2, one half-duplex link for both devices. At t = 2 OFFLOAD(1,0) is ready (F(1,0)
+    # ends) and so is OFFLOAD(2,0): F(2,0) lasts 0 and starts at 2, when OFFLOAD(0,0) has freed
+    # its memory. Transfers ready at an instant go before compute ops starting then, so
+    # OFFLOAD(1,0) takes the link first, although device 0 would win a tie between the two.
+    problem = make_problem(devices=2, microbatches=1, chunks=2, placement="interleaved", backward="fused",
+                           time_forward=[1, 1, 0, 0], time_backward_input=[0, 1, 2, 1],
+                           time_backward_weight=[1, 1, 2, 0],
+                           offload={"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}, "duplex": False,
+                                    "links": [[0, 1]]})
+    orders = [[F(0, 0), OFFLOAD(0, 0), RELOAD(2, 0), F(2, 0), OFFLOAD(2, 0), RELOAD(0, 0), B(2, 0), B(0, 0)],
+              [F(1, 0), OFFLOAD(1, 0), F(3, 0), RELOAD(1, 0), B(3, 0), B(1, 0)]]
+    by = {o.op: o for o in simulate(problem, orders, waits={F(2, 0): [OFFLOAD(0, 0)], F(3, 0): [OFFLOAD(1, 0)]})}
+    assert (by[F(2, 0)].start, by[F(2, 0)].end) == (2, 2)
+    assert (by[OFFLOAD(1, 0)].start, by[OFFLOAD(2, 0)].start) == (2, 3)
+
+
 def test_device_waits_skip_what_is_planned_to_still_run():
     # The plan above: OFFLOAD(0,0) [1, 3.5] runs beside F(0,1) and F(0,2); OFFLOAD(0,1) [3.5, 6]
     # starts inside B(0,2) [3, 5]. Each action waits, per other lane, for the last action of the

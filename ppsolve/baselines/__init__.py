@@ -8,7 +8,8 @@ all read one list.
 from __future__ import annotations
 
 from ppsolve.baselines import greedy, interleaved, offload, onef1b, vshape, zero_bubble
-from ppsolve.baselines.common import Requirement, without_gc
+from ppsolve.baselines.common import Requirement
+from ppsolve.gcpause import without_gc
 from ppsolve.methods import Method, register
 
 _ANY = Requirement()

@@ -7,8 +7,6 @@ every baseline output re-times to itself.
 
 from __future__ import annotations
 
-import functools
-import gc
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -127,21 +125,3 @@ def with_w_deferred(problem: Problem, order: list[Op], delay: int) -> list[Op]:
                 out.append(pending.popleft())
     out.extend(pending)
     return out
-
-
-def without_gc(build):
-    """Run a builder with the cyclic garbage collector paused.
-
-    Building and timing a large plan allocates hundreds of thousands of small
-    tuples and no cycles; the collector's passes over them cost a third of the time.
-    """
-    @functools.wraps(build)
-    def wrapper(problem: Problem, options: RunOptions) -> Schedule:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return build(problem, options)
-        finally:
-            if enabled:
-                gc.enable()
-    return wrapper

@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from ppsolve.baselines.common import over_capacity
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.schedule import ScheduledOp
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 
 _F, _B, _OFF, _REL = OpKind.F, OpKind.B, OpKind.OFFLOAD, OpKind.RELOAD
@@ -60,8 +61,7 @@ class Plan:
         return simulate(problem, self.orders, self.amounts, self.waits)
 
 
-@dataclass(frozen=True)
-class _Transfer:
+class _Transfer(NamedTuple):
     op: Op
     start: float  # planned
     end: float
@@ -69,15 +69,18 @@ class _Transfer:
 
 def reference_plan(problem: Problem, orders: Sequence[Sequence[Op]], stages: Iterable[int]) -> Plan:
     """PipeOffload's offload pass over compute orders (see the module docstring)."""
-    timed = {op.op: op for op in simulate(problem, orders)}
+    timed = simulate(problem, orders)  # in list order
     chosen = {s for s in stages if problem.max_offload(s) > 0}
     out, amounts, waits = [], {}, {}
+    first = 0
     for device, order in enumerate(orders):
-        transfers = _plan_device(problem, device, order, timed, chosen)
+        mine = timed[first:first + len(order)]
+        first += len(order)
+        transfers = _plan_device(problem, device, order, mine, chosen)
         for t in transfers:
             if t.op.kind is _OFF:
                 amounts[(t.op.stage, t.op.microbatch)] = problem.max_offload(t.op.stage)
-        actions, device_waits = _insert(order, timed, transfers)
+        actions, device_waits = _insert(order, mine, transfers)
         out.append(actions)
         waits.update(device_waits)
     return Plan(out, amounts, waits, "reference")
@@ -93,23 +96,30 @@ def _next_slot(now: float, at_least: float, slot: float) -> float:
     return now if now >= at_least else now + math.ceil((at_least - now) / slot - 1e-12) * slot
 
 
-def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: dict, chosen: set[int]) -> list[_Transfer]:
-    candidates = [op for op in order if op.kind is _F and op.stage in chosen]
-    if not candidates:
+def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: Sequence[ScheduledOp],
+                 chosen: set[int]) -> list[_Transfer]:
+    """``timed``: the device's ops as timed without offload, in ``order``'s order."""
+    f_end, b_timed = {}, {}  # of the chosen stages, by (stage, microbatch), F's in order
+    for op, t in zip(order, timed):
+        if op.stage in chosen:
+            if op.kind is _F:
+                f_end[(op.stage, op.microbatch)] = t.end
+            elif op.kind is _B:
+                b_timed[(op.stage, op.microbatch)] = t
+    if not f_end:
         return []
-    trips = {s: _round_trip(problem, s) for s in {op.stage for op in candidates}}
+    trips = {s: _round_trip(problem, s) for s in {s for s, _ in f_end}}
     d2h = max(down for down, _ in trips.values())
     slot = max(down + up for down, up in trips.values())
     if slot <= 0:
         return []
     link = problem.offload.link_of_device[device]
     rank_on_link = sorted(dev for dev, lk in problem.offload.link_of_device.items() if lk == link).index(device)
-    origin = timed[order[0]].end + rank_on_link * d2h
-    f_end = {(op.stage, op.microbatch): timed[op].end for op in candidates}
+    origin = timed[0].end + rank_on_link * d2h
     room = {}  # the latest end of a receive: one B before its B
-    for s, j in f_end:
-        b = timed[Op(_B, s, j)]
-        room[(s, j)] = b.start - (b.end - b.start)
+    for key in f_end:
+        b = b_timed[key]
+        room[key] = b.start - (b.end - b.start)
     sends: dict[tuple[int, int], _Transfer] = {}
     now = origin
     for key, end in f_end.items():  # in F order, the first free slot at or after the F ends
@@ -118,7 +128,7 @@ def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: dict
         now = _next_slot(now, end, slot)
         sends[key] = _Transfer(Op(_OFF, *key), now, now + trips[key[0]][0])
         now += slot
-    now = _next_slot(now, max(timed[op].end for op in order), slot)
+    now = _next_slot(now, max(t.end for t in timed), slot)
     receives = []
     backwards = [(op.stage, op.microbatch) for op in order if op.kind is _B and (op.stage, op.microbatch) in sends]
     for key in reversed(backwards):  # from the end backwards, the last free slot ending by its room
@@ -133,10 +143,11 @@ def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: dict
     return list(sends.values()) + receives
 
 
-def _insert(order: Sequence[Op], timed: dict, transfers: list[_Transfer]) -> tuple[list[Op], Waits]:
-    """Put each transfer in the compute order at its planned time; the reference's "offload end" waits."""
-    starts = [timed[op].start for op in order]
-    ends = [timed[op].end for op in order]
+def _insert(order: Sequence[Op], timed: Sequence[ScheduledOp], transfers: list[_Transfer]) -> tuple[list[Op], Waits]:
+    """Put each transfer in the compute order at its planned time; the reference's "offload end" waits.
+    ``timed``: the order's ops as timed without offload."""
+    starts = [t.start for t in timed]
+    ends = [t.end for t in timed]
     before: dict[int, list[tuple[float, int, Op]]] = {}
     waits: Waits = {}
     for t in transfers:
@@ -151,10 +162,12 @@ def _insert(order: Sequence[Op], timed: dict, transfers: list[_Transfer]) -> tup
             rank = 1
         before.setdefault(at, []).append((t.start, rank, t.op))
     actions: list[Op] = []
-    for k in range(len(order) + 1):
-        actions += [op for _, _, op in sorted(before.get(k, ()))]
-        if k < len(order):
-            actions.append(order[k])
+    done = 0
+    for k in sorted(before):  # the transfers that go before order[k], by planned start
+        actions += order[done:k]
+        actions += [op for _, _, op in sorted(before[k])]
+        done = k
+    actions += order[done:]
     return actions, waits
 
 

@@ -16,14 +16,17 @@ Memory in slot units: F and f hold one activation each until its W.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ppsolve.ops import B, F, W, Op
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
 # op types in a device's slot lists: F, f, B, b, then W (one list, or one per chunk when split)
 _NF, _Nf, _NB, _Nb, _NW = 0, 1, 2, 3, 4
 _PERIOD = 6
+_FK, _BK, _WK = OpKind.F, OpKind.B, OpKind.W
 
 
 def v_half_block(d: int) -> list[list[int]]:
@@ -39,36 +42,31 @@ def v_min_block(d: int) -> list[list[int]]:
 
 
 def _with_w(slots: list[list[int]], split: bool = False) -> list[list[int]]:
-    """Add W's: each free slot takes the oldest backward still without its W (split: per chunk)."""
+    """Add W's: each free slot takes the oldest backward still without its W (split: per chunk,
+    chunk 1's first)."""
     out = [list(x) for x in slots[:4]] + ([[], []] if split else [[]])
     taken = sorted((t, kind) for kind in range(4) for t in slots[kind])
-    waiting = [0, 0]
+    owed = [0, 0]
     slot = 0
-    for t, kind in taken:
-        while slot < t:
-            _free_slot(out, waiting, slot)
+    for t, kind in taken + [(math.inf, -1)]:
+        while slot < t and (owed[0] or owed[1]):  # a free slot settles an owed W (else stays free)
+            k = 0 if owed[0] else 1
+            out[_NW + k].append(slot)
+            owed[k] -= 1
             slot += 1
         if kind >= _NB:
-            waiting[kind - _NB if split else 0] += 1
+            owed[kind - _NB if split else 0] += 1
         slot = t + 1
-    while waiting[0] or waiting[1]:
-        _free_slot(out, waiting, slot)
-        slot += 1
     return out
-
-
-def _free_slot(out: list[list[int]], waiting: list[int], slot: int) -> None:
-    for k in range(2):
-        if waiting[k]:
-            out[_NW + k].append(slot)
-            waiting[k] -= 1
-            return
 
 
 def _heads(slots: list[list[list[int]]]):
     """Every (slot, device, type, microbatch), in the order the reference visits them."""
-    return sorted((t, dev, kind, j) for dev, lists in enumerate(slots)
-                  for kind, times in enumerate(lists) for j, t in enumerate(times))
+    columns = [(times, np.full(len(times), dev), np.full(len(times), kind), np.arange(len(times)))
+               for dev, lists in enumerate(slots) for kind, times in enumerate(lists)]
+    t, dev, kind, j = (np.concatenate([c[k] for c in columns]).astype(np.int64) for k in range(4))
+    rank = np.lexsort((j, kind, dev, t))
+    return zip(t[rank].tolist(), dev[rank].tolist(), kind[rank].tolist(), j[rank].tolist())
 
 
 def _earliest(slots: list[list[list[int]]], dev: int, kind: int, j: int) -> int:
@@ -175,33 +173,30 @@ def _squeeze(slots: list[list[list[int]]], with_w: bool) -> list[list[list[int]]
 
 
 def _unit_starts(slots: list[list[list[int]]]) -> list[list[list[int]]]:
-    """Start slots when every op lasts one slot and runs as soon as its inputs and device allow."""
-    _, starts = _eager(slots, [1.0] * len(slots[0]), 0.0)
-    return [[[int(x) for x in times] for times in lists[:4]] for lists in starts]
-
-
-def _eager(slots: list[list[list[int]]], cost: list[float], comm: float):
-    """(per-device order, start times) when ops run in slot order, each as soon as it can."""
+    """Start slots when every op lasts one slot and ops run in slot order, each as soon as its
+    inputs and its device allow."""
     d = len(slots)
-    ends = [[[0.0] * len(times) for times in lists] for lists in slots]
-    starts = [[[0.0] * len(times) for times in lists] for lists in slots]
-    free = [0.0] * d
-    order: list[list[tuple[int, int]]] = [[] for _ in range(d)]
+    ends = [[[0] * len(times) for times in lists] for lists in slots]
+    free = [0] * d
     for _, dev, kind, j in _heads(slots):
         mine = ends[dev]
         ready = free[dev]
         if kind < _NW:
-            src = dev - 1 if kind in (_NF, _NB) else dev + 1
-            if 0 <= src < d:
-                ready = max(ready, ends[src][kind][j] + comm)
-            if kind:
-                ready = max(ready, mine[kind - 1][j])
-        if j:
-            ready = max(ready, mine[kind][j - 1])
-        starts[dev][kind][j] = ready
-        free[dev] = mine[kind][j] = ready + cost[kind]
-        order[dev].append((kind, j))
-    return order, starts
+            src = dev - 1 if kind == _NF or kind == _NB else dev + 1
+            if 0 <= src < d and ends[src][kind][j] > ready:
+                ready = ends[src][kind][j]
+            if kind and mine[kind - 1][j] > ready:
+                ready = mine[kind - 1][j]
+        if j and mine[kind][j - 1] > ready:
+            ready = mine[kind][j - 1]
+        free[dev] = mine[kind][j] = ready + 1
+    return [[[end - 1 for end in times] for times in lists[:4]] for lists in ends]
+
+
+def _device_orders(slots: list[list[list[int]]]) -> list[list[tuple[int, int]]]:
+    """Each device's (type, microbatch) in slot order."""
+    return [[(kind, j) for _, kind, j in sorted((t, kind, j) for kind, times in enumerate(lists)
+                                                  for j, t in enumerate(times))] for lists in slots]
 
 
 def pattern_orders(problem: Problem, block: list[list[int]]) -> tuple[list[list[Op]], int]:
@@ -212,10 +207,10 @@ def pattern_orders(problem: Problem, block: list[list[int]]) -> tuple[list[list[
     slots = _squeeze(slots, with_w=False)
     size = 2 + max(max(times[-1] for times in lists) for lists in slots)
     peak = max(_Profile(lists, size, with_w=False).peak() for lists in slots)
-    order, _ = _eager([_with_w(lists, split=True) for lists in slots], [1.0] * 6, 0.0)
+    order = _device_orders([_with_w(lists, split=True) for lists in slots])
     orders = []
     for i, seq in enumerate(order):
         up, down = i, 2 * d - 1 - i  # stage of chunk 0, of chunk 1
-        make = {_NF: (F, up), _Nf: (F, down), _NB: (B, down), _Nb: (B, up), _NW: (W, down), _NW + 1: (W, up)}
-        orders.append([make[kind][0](make[kind][1], j) for kind, j in seq])
+        make = [(_FK, up), (_FK, down), (_BK, down), (_BK, up), (_WK, down), (_WK, up)]  # by type
+        orders.append([Op(*make[kind], j) for kind, j in seq])
     return orders, peak

@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass
 
 from ppsolve.baselines.common import memory_deltas
-from ppsolve.ops import B, F, W, Op
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
 
@@ -76,20 +76,18 @@ class _Builder:
         count = self.count[kind]
         j = count[s]
         cost = self.cost[kind][s]
-        free = self.end[s] + cost
-        finish = free
-        if kind == _F:
-            if s > 0:
-                finish = max(free, self.ends[_F][s - 1][j] + self.comm + cost)
-            self.ends[_F][s].append(finish)
-        elif kind == _B:
-            if s < self.S - 1:
-                finish = max(free, self.ends[_B][s + 1][j] + self.comm + cost)
-            self.ends[_B][s].append(finish)
+        free = finish = self.end[s] + cost
+        if kind != _W:
+            source = s - 1 if kind == _F else s + 1  # the stage the input comes from
+            if 0 <= source < self.S:
+                arrival = self.ends[kind][source][j] + self.comm + cost
+                if arrival > free:
+                    finish = arrival
+            self.ends[kind][s].append(finish)
         if finish > free and self.count[_F][s] > 0:
-            self.bubble[s] += finish - free
-            if self.bubble[s] > self.max_bubble:
-                self.max_bubble = self.bubble[s]
+            bubble = self.bubble[s] = self.bubble[s] + (finish - free)
+            if bubble > self.max_bubble:
+                self.max_bubble = bubble
         if finish > self.give_up:
             raise _Slower
         self.end[s] = finish
@@ -192,15 +190,15 @@ class _Builder:
                     self.put(s, _W)
             self.put(s, _B)
 
-    def build(self) -> tuple[float, list[list[Op]]]:
+    def build(self) -> tuple[float, list[list[tuple[int, int]]]]:
+        """The makespan and, per stage, the (kind, microbatch) of each op in order."""
         self.warm_up()
         for i in range(1, self.m):
             self.steady(i)
         for s in range(self.S):
             while self.pending_w(s):
                 self.put(s, _W)
-        ops = (F, B, W)
-        return max(self.end), [[ops[kind](s, j) for kind, j in order] for s, order in enumerate(self.orders)]
+        return max(self.end), self.orders
 
 
 def zb_auto_orders(problem: Problem, limit: float) -> list[list[Op]]:
@@ -225,4 +223,5 @@ def zb_auto_orders(problem: Problem, limit: float) -> list[list[Op]]:
             best = result
     if best is None:
         raise ValueError(f"no order keeps within {limit:g} per device")
-    return best[1]
+    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    return [[Op(kinds[kind], s, j) for kind, j in order] for s, order in enumerate(best[1])]
