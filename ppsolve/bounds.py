@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
+from ppsolve.idle import Group, least_starts, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
@@ -23,12 +24,14 @@ class MakespanBound:
     device_bounds: tuple[float, ...]
     critical_path: float
     memory_bounds: tuple[float, ...] = ()
+    idle_bounds: tuple[float, ...] = ()
 
     @property
     def binding(self) -> str:
         candidates = [(self.critical_path, "critical path of one microbatch")]
         candidates += [(b, f"load of device {d}") for d, b in enumerate(self.device_bounds)]
         candidates += [(b, f"memory cap of device {d}") for d, b in enumerate(self.memory_bounds)]
+        candidates += [(b, f"load and forced idle of device {d}") for d, b in enumerate(self.idle_bounds)]
         return max(candidates, key=lambda c: c[0])[1]
 
 
@@ -73,17 +76,20 @@ def _tails(problem: Problem) -> dict:
 
 @dataclass(frozen=True)
 class _Chains:
-    """Per stage: the earliest start of F(s, j) (the forward chain before it, latencies included)
-    and the least time that must pass after B(s, j) ends (the backward chain below s, W included)."""
+    """Per stage, from one microbatch's dependency chains (latencies included): the earliest start
+    of F(s, j) and of B(s, j), and the least time that must pass after F(s, j) and after B(s, j) end."""
 
-    heads: tuple[float, ...]
-    tails: tuple[float, ...]
+    f_head: tuple[float, ...]
+    b_head: tuple[float, ...]
+    f_tail: tuple[float, ...]
+    b_tail: tuple[float, ...]
 
 
 def _chains(problem: Problem) -> _Chains:
     heads, tails = _longest_from(problem, None), _tails(problem)
     S = range(problem.num_stages)
-    return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
+    return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(heads[(OpKind.B, s)] for s in S),
+                   tuple(tails[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
 
 
 def critical_path(problem: Problem) -> float:
@@ -104,7 +110,7 @@ def device_bound(problem: Problem, device: int, chains: _Chains) -> float:
     stages = problem.stages_of_device[device]
     if not stages:
         return 0.0
-    heads, tails = chains.heads, chains.tails
+    heads, tails = chains.f_head, chains.b_tail
     head = min(heads[s] for s in stages)
     m = problem.microbatches
     load = problem.device_load(device)
@@ -134,7 +140,7 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
     cap = problem.capacity[device]
     if cap is None:
         return 0.0
-    heads, tails = chains.heads, chains.tails
+    heads, tails = chains.f_head, chains.b_tail
     m, best = problem.microbatches, 0.0
     for s in problem.stages_of_device[device]:
         kept = problem.activation[s] - problem.max_offload(s)
@@ -147,13 +153,103 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
     return best
 
 
+@dataclass(frozen=True)
+class _DeviceData:
+    """One device's stages with the figures the idle bound needs (per stage, in stage order)."""
+
+    F: tuple[float, ...]
+    BW: tuple[float, ...]  # B + W (fused: B)
+    W: tuple[float, ...]  # 0 when fused
+    activation: tuple[float, ...]
+    hold: tuple[float, ...]  # held from B's end to W's end (0 when fused)
+    offload: tuple[float, ...]  # the most of one activation that may go to host
+
+
+def _device_data(problem: Problem, stages: tuple[int, ...]) -> _DeviceData:
+    split = problem.split_backward
+    return _DeviceData(
+        tuple(problem.duration(OpKind.F, s) for s in stages),
+        tuple(problem.duration(OpKind.B, s) + (problem.duration(OpKind.W, s) if split else 0.0) for s in stages),
+        tuple(problem.duration(OpKind.W, s) if split else 0.0 for s in stages),
+        tuple(problem.activation[s] for s in stages),
+        tuple(problem.weight_hold[s] if split else 0.0 for s in stages),
+        tuple(problem.max_offload(s) for s in stages))
+
+
+def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """Load of ``device`` plus the idle time it cannot avoid before its first B and after its last F.
+
+    Before its first B starts (at t_B >= the earliest B start EB) a device runs only forwards, and
+    each of them still holds its activation (less what went to host) when the last one starts.
+    After its last F ends (at t*) it runs only B and W of microbatches it still holds at t* (B to
+    run: the activation less what is on host; W alone: the weight hold). So:
+
+    - memory: the forwards before t_B, and the B and W after t*, fit the cap as a knapsack
+      (``ppsolve.idle.most_work``): idle before t_B >= EB - that work; idle after t* >= the least
+      tail after an F - that work;
+    - host link: past the cap, activation must leave for host before the next forward may start,
+      and each share leaves only after its forward ends, at d2h over one lane; read backwards in
+      time, the last B's need their shares back, at h2d, before they start
+      (``ppsolve.idle.least_starts``).
+
+    When the cap cannot hold every forward at once, the first B starts before the last F ends and
+    the two idle spans add up; otherwise only the larger counts.
+    """
+    stages = problem.stages_of_device[device]
+    if not stages:
+        return 0.0
+    x, m, cap = _device_data(problem, stages), problem.microbatches, problem.capacity[device]
+    head = min(chains.f_head[s] for s in stages)
+    first_b = min(chains.b_head[s] for s in stages)
+    f_tail = min(chains.f_tail[s] for s in stages)
+    all_f, all_bw = m * sum(x.F), m * sum(x.BW)
+    load = problem.device_load(device)
+    if cap is None:
+        return load + max(head, first_b - all_f, f_tail - all_bw)
+    kept = [a - o for a, o in zip(x.activation, x.offload)]
+    # Forwards before t_B: the last one's own activation cannot be on host yet.
+    front = min(all_f, most_work([Group(m, ((k, f),)) for k, f in zip(kept, x.F)], cap - min(x.offload)))
+    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
+                                  for k, bw, h, w in zip(kept, x.BW, x.hold, x.W)], cap))
+    link = problem.offload if problem.can_offload else None
+    before = max(head, first_b - front, _before_first_b(x, m, cap, head, first_b, link.d2h if link else 0.0))
+    b_tail = min(chains.b_tail[s] for s in stages)
+    after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
+    return load + (before + after if front < all_f - 1e-9 else max(before, after))
+
+
+def _before_first_b(x: _DeviceData, m: int, cap: float, head: float, first_b: float, d2h: float) -> float:
+    """Least idle before t_B: with f forwards before it, t_B >= max(EB, start of the f-th + F)."""
+    n, f_min, f_max = m * len(x.F), min(x.F), max(x.F)
+    starts = least_starts(head, f_min, min(x.activation), max(x.offload), cap, d2h, n)
+    return min([first_b] + [max(first_b, t + f_min) - f * f_max for f, t in enumerate(starts, 1)])
+
+
+def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: float, h2d: float) -> float:
+    """Least idle after t*, read backwards from the makespan: with b B's after t* (the last b), the
+    b-th from the end starts at least ``least_starts`` after it (reversed), so the span after t* is
+    at least that plus a B (and at least the tail after an F); the work is b B's and W's and the
+    W's whose weight holds fit beside them at t*."""
+    n, b_min = m * len(x.F), min(x.BW[i] - x.W[i] for i in range(len(x.F)))
+    kept, hold, w_max = min(a - o for a, o in zip(x.activation, x.offload)), min(x.hold), max(x.W)
+    ends = least_starts(b_tail, b_min, min(x.activation), max(x.offload), cap, h2d, n)
+    best = math.inf
+    for b, t in enumerate(ends, 1):
+        if b * kept > cap + 1e-9:
+            break
+        pending = n - b if hold <= 0 else min(n - b, math.floor((cap - b * kept) / hold + 1e-9))
+        best = min(best, max(f_tail, t + b_min) - b * max(x.BW) - pending * w_max)
+    return max(0.0, best)
+
+
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
     chains = _chains(problem)  # one microbatch's chains, shared by every device's bounds
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
+    idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
     path = critical_path(problem)
-    return MakespanBound(max(max(devices), max(memory), path), devices, path, memory)
+    return MakespanBound(max(max(devices), max(memory), max(idle), path), devices, path, memory, idle)
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ppsolve.bounds import critical_path, makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
+from ppsolve.idle import Group, least_starts, most_work
 from ppsolve.memory import peak_memory
+from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from tests.helpers import make_problem, serial_orders
+
+INSTANCES = Path(__file__).resolve().parents[1] / "instances"
 
 
 def test_device_load_bound_uniform():
@@ -63,3 +70,50 @@ def test_infeasible_capacity_names_the_least_that_works():
     with pytest.raises(InfeasibleError, match=r"device 0 needs at least 2 \(one microbatch on stages 0, 3\)"):
         require_feasible_capacity(make_problem(devices=2, chunks=2, placement="vshape", memory_capacity=[1, 10]))
     require_feasible_capacity(p)
+
+
+def zb_h1_case(p2p: float = 10):
+    """The reference's ZB-H1 case at 4 x 8 (capacity 2d uniform: each microbatch holds 2 until B, 1 until W)."""
+    return make_problem(devices=4, microbatches=8, time_forward=1000, time_backward_input=1000,
+                        time_backward_weight=1000, time_p2p=p2p, memory_activation=2, memory_weight_hold=1,
+                        memory_capacity=8)
+
+
+def test_forced_idle_reaches_the_zb_h1_optimum():
+    # Device 0's first B starts no earlier than 7060 (F chain 4 x 1000 + 3 x 10, B chain 3 x 1000 + 3 x 10);
+    # before it, the cap 8 holds 4 forwards (4000): idle >= 3060. After its last F ends, 8060 must pass
+    # (F1..F3, B3..B0, W0 and 6 latencies) and at most 8 B/W of work can wait (b + w <= 8): idle >= 60.
+    # 24000 + 3060 + 60 = 27120, what the reference's ZB-H1 schedule reaches; head + load said 27030.
+    bound = makespan_lower_bound(zb_h1_case())
+    assert max(bound.device_bounds) == 27030
+    assert bound.value == 27120 and bound.binding == "load and forced idle of device 0"
+    # with p2p 100: 27300 by head + load, 24000 + (7600 - 4000) + (8600 - 8000) = 28200 by forced idle
+    assert makespan_lower_bound(zb_h1_case(100)).value == 28200
+
+
+def test_the_host_link_enters_the_bound():
+    # 4 x 16 linear, cap 1/3 of 1F1B's, a round trip of 2 x (F + B): forwards past the cap wait for
+    # offloads, the last backwards for reloads. A 100 times faster link lifts that limit.
+    data = json.loads((INSTANCES / "suite" / "lin-d4-m16-split-cap1_3-k2.json").read_text())
+    p = problem_from_dict(data)
+    data["offload"]["bandwidth"] = {k: v * 100 for k, v in data["offload"]["bandwidth"].items()}
+    fast = problem_from_dict(data)
+    slow = makespan_lower_bound(p)
+    assert slow.value > max(max(slow.device_bounds), max(slow.memory_bounds), slow.critical_path) + 1
+    assert makespan_lower_bound(fast).value < slow.value - 1
+
+
+def test_least_starts_wait_for_offloads():
+    # F = 10, activation 1, cap 1.5, a share of 1 leaves in 5 (rate 0.2): the second forward needs 0.5
+    # gone (2.5 after the first ends), the third 1.5 (the first's 1 and half of the second's).
+    assert least_starts(0, 10, 1, 1, 1.5, 0.2, 4) == [0, 12.5, 25, 37.5]
+    # no offload: two forwards fit, the third cannot start before a B
+    assert least_starts(0, 10, 1, 0, 2, 0, 4) == [0, 10]
+
+
+def test_most_work_is_exact_for_one_stage_and_bounds_several():
+    # one stage: items (2, 2000) and (1, 1000), at most 8, budget 8: 8000 (e.g. 8 of the second)
+    assert most_work([Group(8, ((2, 2000), (1, 1000)))], 8) == 8000
+    assert most_work([Group(8, ((2, 1000),))], 7) == 3000
+    # two stages: the linear relaxation (here 3.5 items of value 1000 at weight 2)
+    assert most_work([Group(8, ((2, 1000),)), Group(8, ((2, 1000),))], 7) == pytest.approx(3500)

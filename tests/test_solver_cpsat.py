@@ -4,6 +4,7 @@ the memory objective with a relative limit, FIFO relabelling (every backend: tes
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, InputError
@@ -13,6 +14,8 @@ from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.scaling import build_scaling
 from tests.helpers import make_problem
+from tests.solver_cases import brute_force
+from tests.test_bound_validity import small_problems
 
 FAST = SolveOptions(time_limit=10, threads=2)
 
@@ -31,6 +34,11 @@ SYMMETRY_CASES = [
     dict(devices=2, microbatches=3, chunks=2, placement="vshape", memory_capacity=2, time_p2p=1),
     dict(devices=2, microbatches=3, memory_capacity=1,
          offload={"fraction": 1, "bandwidth": {"d2h": 2, "h2d": 2}}),
+    # the cap's precedences (memory_precedences): B lag 2, W lag (5 - 2) // 1 + 1 = 4
+    dict(devices=2, microbatches=5, memory_activation=2, memory_weight_hold=1, memory_capacity=5,
+         time_backward_weight=3),
+    dict(devices=2, microbatches=4, time_p2p=1, memory_activation=[2, 3], memory_weight_hold=[2, 1],
+         memory_capacity=[6, 4], time_backward_weight=[2, 4]),
 ]
 
 
@@ -119,3 +127,13 @@ def test_fifo_relabel_keeps_times_and_validity():
         sorted((o.kind, o.stage, o.start) for o in schedule.ops)
     f0 = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
     assert [j for _, j in f0] == [0, 1, 2]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(offload=False))
+def test_the_model_with_its_redundant_cuts_finds_the_brute_force_optimum(problem):
+    # symmetry, the cap's precedences and the bound's cut, against every device order timed
+    best = brute_force(problem)
+    if best is not None:
+        result = solve(problem, SolveOptions(time_limit=10, threads=1))
+        assert result.status == "optimal" and result.schedule.makespan == pytest.approx(best)

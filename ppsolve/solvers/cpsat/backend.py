@@ -63,6 +63,8 @@ def _build(task: PhaseTask) -> _Model:
     budget.check()
     if options.symmetry:
         constraints.symmetry(v)
+        if not v.transfers and task.phase is not Phase.MEMORY:
+            constraints.memory_precedences(v, scaling.capacity)
     constraints.makespan(v, min(task.lower_bound, v.horizon), fifo=options.symmetry)
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)

@@ -168,6 +168,29 @@ def symmetry(v: Variables) -> None:
                 m.add(v.end[Op(kind, s, j)] <= v.start[Op(kind, s, j + 1)])
 
 
+def memory_precedences(v: Variables, capacity: Sequence) -> None:
+    """Redundant, with microbatches in index order (``symmetry``, no offload): what the cap implies.
+
+    Microbatch j of stage s holds its activation a from S(F(s,j)) to E(B(s,j)) and its weight hold
+    h to E(W(s,j)). In index order, if B(s,j-q) has not ended when F(s,j) starts, neither have
+    B(s,j-q+1..j-1): q + 1 activations of one stage alone. So with q = floor(cap / a):
+    S(F(s,j)) >= E(B(s,j-q)); likewise with q = floor((cap - a) / h) + 1: S(F(s,j)) >= E(W(s,j-q)).
+    """
+    p, sc, m = v.problem, v.scaling, v.model
+    for s in range(p.num_stages):
+        cap = capacity[p.placement[s]]
+        a = sc.activation[s]
+        if cap is None or a <= 0:
+            continue
+        hold = sc.weight_hold[s] if p.split_backward else 0
+        lags = [(_B, cap // a)]
+        if hold > 0:
+            lags.append((_W, (cap - a) // hold + 1))
+        for kind, q in lags:
+            for j in range(q, p.microbatches) if q >= 1 else ():
+                m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - q)])
+
+
 def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
     """C >= E(o) for every op with no successor (W when split, B(0, j) when fused); C >= the bound.
 

@@ -1,0 +1,63 @@
+"""The makespan lower bound never exceeds an optimum: brute force without offload, CP-SAT (with the
+bound's own cut switched off) with offload, on small random problems with tight memory caps."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppsolve.bounds import MakespanBound, makespan_lower_bound, min_capacity
+from ppsolve.problem import Problem, problem_from_dict
+from ppsolve.solvers import SolveOptions, solve
+from tests.solver_cases import brute_force
+
+
+@st.composite
+def small_problems(draw, offload: bool) -> Problem:
+    """Tiny problems (brute force stays quick); the cap somewhere between the least that works and
+    twice that."""
+    devices = draw(st.integers(1, 3 if not offload else 2))
+    split = draw(st.booleans())
+    vshape = devices > 1 and draw(st.booleans())
+    chunks = 2 if vshape else 1
+    S = devices * chunks
+    # at most 6 compute ops per device without offload: brute force tries every order of them
+    m = 1 if vshape else draw(st.integers(1, 2 if (devices > 2 or split) and not offload else 3))
+    times = st.lists(st.integers(1, 5), min_size=S, max_size=S)
+    activation = draw(st.lists(st.integers(1, 3), min_size=S, max_size=S))
+    data = {"format": "ppsolve/problem@1", "devices": devices, "microbatches": m, "chunks": chunks,
+            "placement": "vshape" if vshape else "linear", "backward": "split" if split else "fused",
+            "time": {"forward": draw(times), "backward_input": draw(times),
+                     "backward_weight": draw(st.lists(st.integers(0, 4), min_size=S, max_size=S)),
+                     "p2p": draw(st.sampled_from([0, 1]))},
+            "memory": {"activation": activation, "weight_hold": [draw(st.integers(0, a)) for a in activation]}}
+    if offload:
+        data["offload"] = {"fraction": draw(st.sampled_from([0.5, 1])),
+                           "bandwidth": {"d2h": draw(st.sampled_from([0.25, 0.5, 2])),
+                                         "h2d": draw(st.sampled_from([0.25, 0.5, 2]))},
+                           "links": [list(range(devices))], "duplex": draw(st.booleans())}
+    problem = problem_from_dict(data)
+    need = min_capacity(problem, offload=offload)
+    extra = draw(st.lists(st.sampled_from([0, 0.5, 1, 2, 3]), min_size=devices, max_size=devices))
+    return problem.replace(capacity=tuple(n + e for n, e in zip(need, extra)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(offload=False))
+def test_bound_never_exceeds_the_brute_force_optimum(problem):
+    best = brute_force(problem)
+    if best is not None:  # None: no device order fits the cap
+        assert makespan_lower_bound(problem).value <= best + 1e-9
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(offload=True))
+def test_bound_never_exceeds_a_proven_optimum_with_offload(problem):
+    # The solver's cut (makespan >= the bound) is switched off, so a bound that were too high could not
+    # steer the search; the model offloads whole shares only, so its optimum is at or above the true one.
+    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
+        result = solve(problem, SolveOptions(time_limit=10, threads=1))
+    if result.status == "optimal":
+        assert makespan_lower_bound(problem).value <= result.schedule.makespan + 1e-9
