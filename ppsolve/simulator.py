@@ -100,6 +100,7 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
     there), then transfers before compute ops, and ties in dependency order
     (:func:`ppsolve.dependencies.depth`, then microbatch, then stage).
     """
+    ops = list(ops)
     if not ops:
         return []
     timed = _Timed(problem, ops)
