@@ -132,13 +132,16 @@ class PhaseTask:
 @dataclass
 class PhaseAnswer:
     """Solutions as scheduled ops in the user's units, best last; ``bound`` on the phase's
-    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one."""
+    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one.
+    ``abandoned``: the search was left running; ``by_clock``: the wall clock stopped it (in
+    deterministic mode that means the run may not be reproducible)."""
 
     status: Status
     solutions: list[list[ScheduledOp]] = field(default_factory=list)
     bound: int | None = None
     interrupted: bool = False
     abandoned: bool = False
+    by_clock: bool = False
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
