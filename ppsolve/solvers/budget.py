@@ -53,13 +53,14 @@ class Limit:
 
 
 class Budget:
-    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process start)."""
+    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process
+    start); the solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
-    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None):
+    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0):
         self.time_limit = float(time_limit)
         self.deterministic = deterministic
         self.t0 = time.monotonic() if t0 is None else t0
-        self.deadline = self.t0 + self.time_limit
+        self.deadline = self.t0 + self.time_limit - min(keep_after, 0.5 * self.time_limit)
         self.reserve = max(RESERVE_SHARE * self.time_limit, 0.05)
 
     def elapsed(self) -> float:
