@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 WARM_START_SHARE = 0.2  # of the time limit
 RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
-# Deterministic mode: the deterministic work of a search is this share of its wall time, so that a
-# machine about twice as slow (or as loaded) as the one the rates were measured on still ends it by
-# the deterministic limit; and the warm start tries candidates while (candidates x ops) stays below
-# WARM_START_OPS_PER_SECOND x its share (an op simulated and checked; measured, see docs/solver.md).
+# Deterministic mode: the deterministic work of a search is this share of its wall time (in each
+# backend's calibrated unit), so that a machine about twice as slow (or as loaded) as the bench machine
+# still ends it by the deterministic limit; and the warm start tries candidates while (candidates x ops)
+# stays below WARM_START_OPS_PER_SECOND x this share of its own share: one candidate (a baseline or a
+# plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU second there (see docs/solver.md).
 DETERMINISTIC_SHARE = 0.5
-WARM_START_OPS_PER_SECOND = 20_000
+WARM_START_OPS_PER_SECOND = 10_000
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
 MIN_SEARCH = 0.05  # seconds: a search is never given less
 

@@ -33,9 +33,10 @@ NAME = "milp"
 HIGHS_TIME_SHARE = 0.85
 # Deterministic mode: HiGHS has no work limit of its own; its interrupt checks (between nodes, and in
 # the root's cut loop) are counted instead. Its sub-MIP heuristics (RINS, RENS) run for seconds without
-# a check, so that mode turns them off; then 140 to 550 checks took a CPU second on the bench machine,
-# depending on the model (see docs/solver.md).
-HIGHS_CHECKS_PER_SECOND = 100
+# a check, so that mode turns them off; then 80 to 550 checks took a CPU second on the bench machine,
+# depending on the model, after a root that can take 2 CPU seconds before the first check, and wall
+# time runs up to about twice CPU time there (see docs/solver.md).
+HIGHS_CHECKS_PER_SECOND = 30
 EPS = 1e-6
 
 
