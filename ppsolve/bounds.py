@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
@@ -35,23 +36,31 @@ class MakespanBound:
         return max(candidates, key=lambda c: c[0])[1]
 
 
-def _one_microbatch(problem: Problem) -> tuple[list[tuple[OpKind, int]], dict, dict]:
+Durations = Callable[[OpKind, int], float]
+
+
+def _one_microbatch(problem: Problem, duration: Durations | None = None,
+                    lag: Callable[[float], float] | None = None) -> tuple[list[tuple[OpKind, int]], dict, dict]:
     """The compute ops of one microbatch in dependency order, their durations and dependencies.
 
     Read from the one dependency table; transfers are left out (they only add waits, so every
-    path below stays a lower bound).
+    path below stays a lower bound). ``duration`` and ``lag`` map to other units (a solver
+    model's); by default the problem's.
     """
+    duration = duration or problem.duration
+    lag = lag or (lambda x: x)
     table = dependency_table(problem, problem.kinds)
     order = sorted(table, key=lambda key: depth(problem, *key))
-    duration = {key: problem.duration(*key) for key in order}
-    deps = {key: [(d.kind, d.stage, d.lag) for d in table[key] if not d.optional] for key in order}
-    return order, duration, deps
+    durations = {key: duration(*key) for key in order}
+    deps = {key: [(d.kind, d.stage, lag(d.lag)) for d in table[key] if not d.optional] for key in order}
+    return order, durations, deps
 
 
-def _longest_from(problem: Problem, source: tuple[OpKind, int] | None) -> dict:
+def _longest_from(problem: Problem, source: tuple[OpKind, int] | None, duration: Durations | None = None,
+                  lag: Callable[[float], float] | None = None) -> dict:
     """Earliest start of every compute op of one microbatch relative to the start of ``source``
     (None: from time 0, every op reachable); ops that do not follow ``source`` are absent."""
-    order, duration, deps = _one_microbatch(problem)
+    order, duration, deps = _one_microbatch(problem, duration, lag)
     start: dict = {}
     for key in order:
         if key == source or (source is None and not deps[key]):
@@ -64,14 +73,22 @@ def _longest_from(problem: Problem, source: tuple[OpKind, int] | None) -> dict:
     return start
 
 
-def _tails(problem: Problem) -> dict:
+def _tails(problem: Problem, duration: Durations | None = None, lag: Callable[[float], float] | None = None) -> dict:
     """For every compute op of one microbatch, the least time that must pass after it ends."""
-    order, duration, deps = _one_microbatch(problem)
+    order, duration, deps = _one_microbatch(problem, duration, lag)
     tail = {key: 0.0 for key in order}
     for key in reversed(order):
         for k, s, lag in deps[key]:
             tail[(k, s)] = max(tail[(k, s)], lag + duration[key] + tail[key])
     return tail
+
+
+def heads_and_tails(problem: Problem, duration: Durations | None = None,
+                    lag: Callable[[float], float] | None = None) -> tuple[dict, dict]:
+    """Per (kind, stage) of the compute ops of one microbatch: the earliest start from the
+    microbatch's first op, and the least time that must pass after it ends (``duration`` and
+    ``lag`` as in :func:`_one_microbatch`)."""
+    return _longest_from(problem, None, duration, lag), _tails(problem, duration, lag)
 
 
 @dataclass(frozen=True)

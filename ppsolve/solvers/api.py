@@ -66,9 +66,11 @@ class Phase(enum.Enum):
 class SolveOptions:
     """How to solve.
 
-    ``time_limit`` is the whole run's wall clock (warm start and model building included).
-    ``threads=1`` with a ``seed`` is deterministic: the search phases then get deterministic
-    limits derived from ``time_limit`` and the run ends within ``2 * time_limit + 5`` s.
+    ``time_limit`` is the whole run's wall clock (warm start and model building included), of which
+    the caller keeps ``keep_after`` seconds for its own work after ``solve`` returns (the solve
+    command: writing the file, comparing with the published schedules). ``threads=1`` with a
+    ``seed`` is deterministic while the deterministic limits (derived from ``time_limit``) end each
+    step; the wall clock stays the hard limit (see ``ppsolve.solvers.budget``).
     ``symmetry`` and ``offload`` exist for experiments and tests.
     """
 
@@ -85,6 +87,7 @@ class SolveOptions:
     offload: bool = True
     stream: TextIO | None = None
     started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
+    keep_after: float = 0.0
 
     @property
     def deterministic(self) -> bool:
@@ -132,13 +135,16 @@ class PhaseTask:
 @dataclass
 class PhaseAnswer:
     """Solutions as scheduled ops in the user's units, best last; ``bound`` on the phase's
-    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one."""
+    quantity (makespan, offloaded amount or largest peak) in model units, when the search proved one.
+    ``abandoned``: the search was left running; ``by_clock``: the wall clock stopped it (in
+    deterministic mode that means the run may not be reproducible)."""
 
     status: Status
     solutions: list[list[ScheduledOp]] = field(default_factory=list)
     bound: int | None = None
     interrupted: bool = False
     abandoned: bool = False
+    by_clock: bool = False
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,

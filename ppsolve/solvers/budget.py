@@ -6,11 +6,15 @@ once building would eat the time kept for the end; each search phase gets a
 :class:`Limit`; a reserve at the end pays for realising and checking the answer.
 
 Deterministic mode (``--threads 1``): a wall-clock limit stops a search at a
-different point on every run, so the search phases get *deterministic* limits
-instead (fractions of ``time_limit``, never read off the clock: CP-SAT's
-deterministic time, HiGHS's node count), and the wall clock only guards the
-promise ``2 * time_limit + 5`` s. What a run does then depends on the problem,
-the seed and the limit only, as long as that guard does not fire.
+different point on every run, so the warm start and the searches get
+*deterministic* limits as well (never read off the clock): the warm start a
+number of candidates sized by the problem, each search ``DETERMINISTIC_SHARE``
+of its share of the time limit in seconds of deterministic work (CP-SAT's
+deterministic time, HiGHS' interrupt checks; each backend's rate is calibrated
+on the bench machine). Those end well inside the wall clock there, and the wall
+clock at the time limit stays the hard guard: when it fires first (a loaded
+or slower machine, a huge problem), the result says so, since that run may not
+be reproducible.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ import time
 from dataclasses import dataclass
 
 WARM_START_SHARE = 0.2  # of the time limit
-RESERVE_SHARE = 0.08  # of the wall time (the limit, or the guard), at least, kept for realising and checking
+RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
+# Deterministic mode: the deterministic work of a search is this share of its wall time (in each
+# backend's calibrated unit), so that a machine about twice as slow (or as loaded) as the bench machine
+# still ends it by the deterministic limit; and the warm start tries candidates while (candidates x ops)
+# stays below WARM_START_OPS_PER_SECOND x this share of its own share: one candidate (a baseline or a
+# plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU second there (see docs/solver.md).
+DETERMINISTIC_SHARE = 0.5
+WARM_START_OPS_PER_SECOND = 10_000
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
 MIN_SEARCH = 0.05  # seconds: a search is never given less
 
@@ -43,15 +54,15 @@ class Limit:
 
 
 class Budget:
-    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process start)."""
+    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process
+    start); the solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
-    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None):
+    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0):
         self.time_limit = float(time_limit)
         self.deterministic = deterministic
         self.t0 = time.monotonic() if t0 is None else t0
-        wall = 2 * self.time_limit + 5 if deterministic else self.time_limit
-        self.deadline = self.t0 + wall
-        self.reserve = max(RESERVE_SHARE * wall, 0.05)
+        self.deadline = self.t0 + self.time_limit - min(keep_after, 0.5 * self.time_limit)
+        self.reserve = max(RESERVE_SHARE * self.time_limit, 0.05)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -61,8 +72,7 @@ class Budget:
         return max(0.0, self.deadline - self.reserve - time.monotonic())
 
     def remaining(self) -> float:
-        """Seconds until the run must end (what the progress line shows): the time limit, or in
-        deterministic mode the wall-clock guard."""
+        """Seconds until the run must end (what the progress line shows)."""
         return max(0.0, self.deadline - time.monotonic())
 
     def note_check_seconds(self, seconds: float) -> None:
@@ -74,13 +84,21 @@ class Budget:
 
         Its share from now (what came before, such as starting Python and importing the backend,
         does not eat it), at most until 60% of the time limit unless that leaves it less than half
-        its share. Deterministic mode: which candidates are tried must not depend on the clock, so
-        only a guard stops it: half the time until the wall-clock guard.
+        its share. Deterministic mode: which candidates are tried must not depend on the clock
+        (:meth:`warm_start_candidates` decides), so only the guard stops it: the deadline.
         """
         if self.deterministic:
-            return self.t0 + 0.5 * (self.deadline - self.t0)
+            return self.deadline - self.reserve
         share, now = WARM_START_SHARE * self.time_limit, time.monotonic()
         return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
+
+    def warm_start_candidates(self, ops: int) -> int | None:
+        """Deterministic mode: how many warm-start candidates to try for a problem of ``ops`` ops
+        (at least one); None otherwise (the clock decides)."""
+        if not self.deterministic:
+            return None
+        work = DETERMINISTIC_SHARE * WARM_START_SHARE * self.time_limit * WARM_START_OPS_PER_SECOND
+        return max(1, int(work // max(1, ops)))
 
     def check(self) -> None:
         """Raise TimeUp when the run has no time left but its reserve (called while building models)."""
@@ -91,11 +109,11 @@ class Budget:
         """The limit of a search phase.
 
         ``share`` is the phase's fraction of the time limit and ``keep`` the fraction kept for the
-        phases after it. Wall mode: until the deadline less the reserve and what is kept (so a phase
-        inherits time the warm start did not use). Deterministic mode: ``share * time_limit`` of
-        deterministic work, guarded by the wall clock until the deadline.
+        phases after it: the phase may run until the deadline less the reserve and what is kept
+        (so it inherits time the warm start did not use). Deterministic mode adds
+        ``DETERMINISTIC_SHARE * share * time_limit`` seconds of deterministic work.
         """
-        end = self.deadline - self.reserve
+        until = self.deadline - self.reserve - keep * self.time_limit
         if self.deterministic:
-            return Limit(end, max(MIN_SEARCH, share * self.time_limit))
-        return Limit(end - keep * self.time_limit)
+            return Limit(until, max(MIN_SEARCH, DETERMINISTIC_SHARE * share * self.time_limit))
+        return Limit(until)

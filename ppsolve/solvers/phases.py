@@ -53,6 +53,10 @@ def load_backend(name: str) -> ModuleType:
         module = importlib.import_module(BACKENDS[name])
     except KeyError:
         raise InputError("solver", f"must be one of {', '.join(BACKENDS)}, got {name!r}") from None
+    except ImportError as exc:  # e.g. OR-Tools after highspy was loaded (see ppsolve.solvers.milp)
+        clash = " (highspy was loaded into this process first; OR-Tools and highspy bundle incompatible " \
+                "HiGHS libraries)" if "Highs" in str(exc) else ""
+        raise NotApplicableError(f"solver {name} is not available: {exc}{clash}") from None
     reason = module.why_not()
     if reason is not None:
         raise NotApplicableError(f"solver {name} is not available: {reason}")
@@ -110,18 +114,23 @@ class _Run:
             answer = self.backend.run_phase(task)
         except TimeUp:
             self.notes.append(f"the {phase.value} model could not be built within the time limit")
-            answer = PhaseAnswer(Status.UNKNOWN)
+            answer = PhaseAnswer(Status.UNKNOWN, by_clock=True)
         except KeyboardInterrupt:  # while building (a search stops itself and says interrupted)
             answer = PhaseAnswer(Status.UNKNOWN, interrupted=True)
         if answer.bound is not None:
             self.progress.update(bound=answer.bound)  # a proof found without a callback (e.g. in presolve)
         self.progress.end_phase()
-        if limit.deterministic is not None and answer.status is not Status.OPTIMAL and self.budget.left() <= 0.01:
-            self.notes.append(f"the wall-clock guard (2 x time limit + 5 s) stopped the {phase.value} search "
-                              "before its deterministic limit: this run may not be reproducible")
+        if limit.deterministic is not None and (answer.by_clock or answer.abandoned):
+            self.not_reproducible(f"the wall clock stopped the {phase.value} search before its deterministic limit")
         self.interrupted = self.interrupted or answer.interrupted
         self.abandoned = self.abandoned or answer.abandoned
         return answer
+
+    def not_reproducible(self, what: str) -> None:
+        """Deterministic mode: the wall clock (the time limit, the hard guard) decided something."""
+        self.notes.append(f"{what}: this run may not be reproducible (--threads 1 is deterministic only "
+                          "while the deterministic limits end each step)")
+        self.progress.message(f"{what} (not reproducible)")
 
     def best_of(self, answer: PhaseAnswer, accept=lambda s: True) -> tuple[Schedule | None, bool]:
         """The newest solution that passes the checker (and ``accept``), and whether it is the last one."""
@@ -162,16 +171,21 @@ def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | No
 
 
 def _warm_start(run: _Run) -> Schedule | None:
-    options, budget = run.options, run.budget
+    options, budget, problem = run.options, run.budget, run.problem
     found: list[Schedule] = []
     deadline = budget.warm_start_deadline()
-    _, cut = wait_for(lambda: best_warm_start(run.problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
-                                              deadline, sink=found),
+    # deterministic mode: a number of candidates fixed by the problem's size, the clock only as the guard
+    tries = budget.warm_start_candidates(problem.num_stages * problem.microbatches * len(problem.kinds))
+    _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
+                                              None if budget.deterministic else deadline, sink=found,
+                                              max_tries=tries),
                       lambda: time.monotonic() > budget.deadline - budget.reserve
                       or (time.monotonic() > deadline and bool(found)))
     warm = shortest(list(found))
     run.abandoned = run.abandoned or cut
-    if cut:
+    if cut and budget.deterministic:
+        run.not_reproducible("the wall clock cut the warm start short")
+    elif cut:
         run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
     if warm is not None and options.symmetry and budget.left() > 0:  # no search to hint otherwise
         began = time.monotonic()
@@ -229,8 +243,8 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     if o.makespan_limit is not None:
         params["makespan_limit"] = o.makespan_limit
     sc = run.scaling
-    extra.update({"interrupted": run.interrupted, "notes": run.notes, "time_scale": sc.time_scale,
-                  "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
+    extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
+                  "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
     info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 
@@ -238,7 +252,7 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
 def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     """Find an optimal (or the best found) schedule; see the module docstring."""
     options = options or SolveOptions()
-    budget = Budget(options.time_limit, options.deterministic, options.started)
+    budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after)
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
     if not options.time_limit > 0:

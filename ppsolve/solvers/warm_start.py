@@ -209,12 +209,20 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
 
 
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
-                    deadline: float | None = None, sink: list[Schedule] | None = None) -> Schedule | None:
+                    deadline: float | None = None, sink: list[Schedule] | None = None,
+                    max_tries: int | None = None) -> Schedule | None:
     """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans,
-    trying candidates until ``deadline`` (``time.monotonic()``; None: all of them). ``sink``, when
-    given, receives each group of candidates as soon as it exists (a caller that stops waiting
-    keeps what was found)."""
-    def until() -> bool:
+    trying candidates until ``deadline`` (``time.monotonic()``; None: all of them) or, with
+    ``max_tries``, that many (a count that does not depend on the clock). ``sink``, when given,
+    receives each group of candidates as soon as it exists (a caller that stops waiting keeps
+    what was found)."""
+    tries = 0
+
+    def until() -> bool:  # asked before each candidate (a baseline method, or one plan of ours)
+        nonlocal tries
+        tries += 1
+        if max_tries is not None and tries > max_tries:
+            return True
         return deadline is not None and time.monotonic() > deadline
 
     candidates = sink if sink is not None else []

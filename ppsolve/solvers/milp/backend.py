@@ -1,20 +1,21 @@
 """The MILP backend: ``run_phase(task) -> PhaseAnswer`` on PuLP with HiGHS (CBC when highspy is missing).
 
-Builds the model (``variables``, ``constraints``, ``objective``), gives HiGHS the
-task's schedule as a starting solution (every variable's value derived from its
-times), and searches in a worker thread: improving solutions and the dual bound
-reach the progress line through HiGHS callbacks, and Ctrl-C interrupts HiGHS.
-Limits: the wall clock; in deterministic mode (one thread) a node limit derived
-from the deterministic budget, since a wall-clock stop is not reproducible.
-With CBC there are no callbacks: one final solution, and no node limit.
+Builds the model with PuLP (``variables``, ``constraints``, ``objective``), gives
+HiGHS the task's schedule as a starting solution (every variable's value derived
+from its times) and searches in HiGHS' own child process (``highs_process``: OR-Tools
+and highspy cannot share a process): improving solutions and the dual bound reach
+the progress line as they come, and Ctrl-C or the clock stop the search.
+Limits: the wall clock; in deterministic mode (one thread) also a work limit, a
+count of HiGHS' interrupt checks derived from the deterministic budget, since a
+wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
+final solution, a wall-clock limit only.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 import warnings
+from importlib import metadata
 from dataclasses import dataclass, field
 
 import pulp
@@ -22,7 +23,7 @@ import pulp
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
-from ppsolve.solvers.milp import constraints, objective
+from ppsolve.solvers.milp import constraints, highs_process, objective
 from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
@@ -30,17 +31,13 @@ NAME = "milp"
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
-NODES_PER_DETERMINISTIC_SECOND = 10  # the node limit of a deterministic search (HiGHS has no work limit)
+# Deterministic mode: HiGHS has no work limit of its own; its interrupt checks (between nodes, and in
+# the root's cut loop) are counted instead. Its sub-MIP heuristics (RINS, RENS) run for seconds without
+# a check, so that mode turns them off; then 80 to 550 checks took a CPU second on the bench machine,
+# depending on the model, after a root that can take 2 CPU seconds before the first check, and wall
+# time runs up to about twice CPU time there (see docs/solver.md).
+HIGHS_CHECKS_PER_SECOND = 30
 EPS = 1e-6
-
-
-@functools.cache
-def _highs_available() -> bool:
-    try:
-        import highspy  # noqa: F401
-    except ImportError:
-        return False
-    return pulp.HiGHS().available()
 
 
 def _cbc(**kwargs):
@@ -50,9 +47,16 @@ def _cbc(**kwargs):
 
 
 def why_not() -> str | None:
-    if _highs_available() or _cbc(msg=False).available():
+    if highs_process.available() or _cbc(msg=False).available():
         return None
     return "neither HiGHS (pip install highspy) nor CBC is available to PuLP"
+
+
+def engine() -> str:
+    """What searches (recorded in the schedule file)."""
+    if highs_process.available():
+        return f"HiGHS {metadata.version('highspy')} (in a child process)"
+    return f"CBC through PuLP {pulp.__version__}"
 
 
 @dataclass
@@ -128,8 +132,8 @@ def _start_values(m: _Model, schedule: Schedule) -> dict[str, float]:
     times = {}  # transfer start times (chosen or not: a phantom sits right after its F)
     for (s, j), t in v.transfers.items():
         off, rel = by_op.get(Op(OpKind.OFFLOAD, s, j)), by_op.get(Op(OpKind.RELOAD, s, j))
-        o = sc.time(off.start) if off else start[Op(OpKind.F, s, j)] + v.dur(Op(OpKind.F, s, j))
-        r = sc.time(rel.start) if rel else o + t.d_off
+        o = sc.time(off.start) if off else _within(t.off, start[Op(OpKind.F, s, j)] + v.dur(Op(OpKind.F, s, j)))
+        r = sc.time(rel.start) if rel else _within(t.rel, o + t.d_off)
         values[t.chosen.name], values[t.off.name], values[t.rel.name] = int(off is not None), o, r
         times[(s, j)] = (o, r, off is not None)
     ends = {op: start[op] + v.dur(op) for op in v.start}
@@ -139,6 +143,11 @@ def _start_values(m: _Model, schedule: Schedule) -> dict[str, float]:
             continue
         values[var.name] = _derived(var.name, values, start, ends, times, m)
     return values
+
+
+def _within(var: pulp.LpVariable, x: int) -> int:
+    """x moved into var's bounds (the times of a transfer that is not chosen are free otherwise)."""
+    return min(max(x, var.lowBound), var.upBound)
 
 
 def _derived(name: str, values, start, ends, times, m: _Model) -> float:
@@ -168,66 +177,15 @@ def _derived(name: str, values, start, ends, times, m: _Model) -> float:
 
 # ----- solving -----
 
-class _HiGHS(pulp.HiGHS):
-    """PuLP's HiGHS with a starting solution, callbacks for incumbents and bounds, and interruption."""
-
-    def __init__(self, start: dict[str, float], on_solution, on_bound, stop: threading.Event, limit, **kwargs):
-        super().__init__(**kwargs)
-        self.limit = limit
-        self.start = start
-        self.on_solution = on_solution
-        self.on_bound = on_bound
-        self.stop = stop
-
-    def callSolver(self, lp):
-        import highspy
-
-        h = lp.solverModel
-        if self.start:
-            solution = highspy.HighsSolution()
-            solution.col_value = [float(self.start.get(var.name, 0.0)) for var in lp.variables()]
-            h.setSolution(solution)
-        names = [var.name for var in lp.variables()]
-
-        def improving(event):
-            out = event.data_out
-            self.on_solution(dict(zip(names, out.mip_solution)), out.objective_function_value, out.mip_dual_bound)
-
-        def interrupt(event):
-            self.on_bound(event.data_out.mip_dual_bound)
-            if self.stop.is_set():
-                event.interrupt()
-
-        h.cbMipImprovingSolution.subscribe(improving)
-        h.cbMipInterrupt.subscribe(interrupt)
-        # from now (handing the model over took time), with HiGHS' overrun kept inside the limit
-        h.setOptionValue("time_limit", HIGHS_TIME_SHARE * self.limit.seconds())
-        h.run()
-
-    def findSolutionValues(self, lp):
-        try:
-            return super().findSolutionValues(lp)
-        except KeyError:  # a status PuLP does not map (kSolutionLimit: the node limit); values are read
-            found = lp.solverModel.getInfo().primal_solution_status == 2
-            return (pulp.LpStatusNotSolved,
-                    pulp.LpSolutionIntegerFeasible if found else pulp.LpSolutionNoSolutionFound)
-
-
-def _solver(task: PhaseTask, m: _Model, start: dict[str, float], record, stop: threading.Event):
-    limit, options = task.limit, task.options
-    threads = 1 if limit.deterministic is not None else options.threads
-    if _highs_available():
-        params = {"mip_rel_gap": 0.0, "mip_abs_gap": 1 - EPS, "random_seed": options.seed}
-        if limit.deterministic is not None:
-            params["mip_max_nodes"] = max(1, int(NODES_PER_DETERMINISTIC_SECOND * limit.deterministic))
-        return _HiGHS(start, record.solution, record.bound, stop, limit, msg=False,
-                      threads=threads, **params)
-    for var in m.v.lp.variables():
-        if var.name in start:
-            var.setInitialValue(start[var.name])
-    return _cbc(msg=False, timeLimit=max(1, math.floor(limit.seconds())), threads=threads,
-                             warmStart=bool(start), gapRel=0.0, gapAbs=1 - EPS,
-                             options=[f"randomSeed {options.seed + 1}"])
+def _highs_options(task: PhaseTask) -> dict:
+    deterministic = task.limit.deterministic is not None
+    threads = 1 if deterministic else task.options.threads
+    options = {"mip_rel_gap": 0.0, "mip_abs_gap": 1 - EPS, "random_seed": task.options.seed}
+    if threads:
+        options["threads"] = threads
+    if deterministic:  # work the interrupt checks do not see (see HIGHS_CHECKS_PER_SECOND)
+        options["mip_heuristic_run_rins"] = options["mip_heuristic_run_rens"] = False
+    return options
 
 
 class _Record:
@@ -243,8 +201,12 @@ class _Record:
         self.bound(bound)
 
     def bound(self, bound: float) -> None:
-        if math.isfinite(bound) and abs(bound) < 1e15:
+        if _finite(bound):
             self.task.progress.update(bound=self.m.primary(math.ceil(bound - EPS)))
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x) and abs(x) < 1e15
 
 
 def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
@@ -264,46 +226,88 @@ def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
     return ops
 
 
-
 def run_phase(task: PhaseTask) -> PhaseAnswer:
     m = _build(task)
     start = _start_values(m, task.hint) if task.hint is not None else {}
     record = _Record(task, m)
-    stop = threading.Event()
-    solver = _solver(task, m, start, record, stop)
-    status, interrupted, abandoned = search_in_thread(lambda: m.v.lp.solve(solver), stop.set,
-                                                      task.limit.until, task.budget.reserve / 2)
-    if abandoned:  # HiGHS is still busy: keep the incumbents its callbacks reported, touch nothing else
-        solutions = [_ops(m, values) for values in record.solutions]
-        return PhaseAnswer(Status.FEASIBLE if solutions else Status.UNKNOWN, solutions, None, interrupted, True)
-    return _answer(m, record, status, interrupted)
+    if highs_process.available():
+        return _run_highs(task, m, start, record)
+    return _run_cbc(task, m, start, record)
 
 
-def _answer(m: _Model, record: _Record, status, interrupted: bool) -> PhaseAnswer:
-    """Status from HiGHS' own model status (PuLP reports a time-limited solution as optimal)."""
-    lp = m.v.lp
+def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
+    """HiGHS in its child process: a wall-clock stop, and in deterministic mode a work limit."""
+    limit = task.limit
+    arrays, names = highs_process.lp_arrays(m.v.lp)
+    task.budget.check()
+    work = None if limit.deterministic is None else max(1, int(HIGHS_CHECKS_PER_SECOND * limit.deterministic))
+    request = {"lp": arrays, "options": _highs_options(task), "work_limit": work,
+               "start": [float(start.get(name, 0.0)) for name in names] if start else None,
+               "until": limit.until, "time_share": HIGHS_TIME_SHARE}
+    run = highs_process.HighsRun(request, lambda values, value, bound: record.solution(dict(zip(names, values)),
+                                                                                       value, bound),
+                                 record.bound)
+    stopped = []
+
+    def stop() -> None:
+        stopped.append(True)
+        run.stop()
+
+    outcome, interrupted, abandoned = search_in_thread(run.wait, stop, limit.until, task.budget.reserve / 2)
+    if abandoned:  # no answer to the stop in time: end the worker, keep the incumbents it reported
+        run.kill()
     solutions = list(record.solutions)
-    if lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        solutions.append({var.name: var.varValue for var in lp.variables()})
-    highs = getattr(lp, "solverModel", None)
-    if highs is not None:  # HiGHS
-        import highspy
-
-        proven = highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
-        dual = highs.getInfo().mip_dual_bound
-        bound = m.primary(math.ceil(dual - EPS)) if math.isfinite(dual) and abs(dual) < 1e15 else None
-        infeasible = highs.getModelStatus() == highspy.HighsModelStatus.kInfeasible
-    else:  # CBC: PuLP's status is all there is
-        proven = status == pulp.LpStatusOptimal and lp.sol_status == pulp.LpSolutionOptimal
-        bound = m.primary(pulp.value(lp.objective)) if proven else None
-        infeasible = status == pulp.LpStatusInfeasible
-    if proven and solutions:
+    if outcome is not None and outcome.values is not None:
+        solutions.append(dict(zip(names, outcome.values)))
+    ops = [_ops(m, values) for values in solutions]
+    if outcome is None:
+        return PhaseAnswer(Status.FEASIBLE if ops else Status.UNKNOWN, ops, None, interrupted, False, True)
+    proven = outcome.status == "kOptimal"
+    bound = m.primary(math.ceil(outcome.bound - EPS)) if _finite(outcome.bound) else None
+    if proven and ops:
         state = Status.OPTIMAL
-        bound = m.primary(pulp.value(lp.objective)) if bound is None else bound
-    elif solutions:
+        bound = m.primary(outcome.objective) if bound is None else bound
+    elif ops:
         state = Status.FEASIBLE
-    elif infeasible:
+    elif outcome.status == "kInfeasible":
         state = Status.INFEASIBLE
     else:
         state = Status.UNKNOWN
-    return PhaseAnswer(state, [_ops(m, values) for values in solutions], bound, interrupted)
+    # the wall clock ended it (HiGHS' time limit, or our stop) rather than a proof or the work limit
+    by_clock = not interrupted and (outcome.status == "kTimeLimit" or outcome.stopped_by == "stop")
+    return PhaseAnswer(state, ops, bound, interrupted, False, by_clock)
+
+
+def _run_cbc(task: PhaseTask, m: _Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
+    """CBC through PuLP (when highspy is missing): one final solution, a wall-clock limit only.
+
+    The CBC that PuLP bundles (2.10.3) now and then crashes on exit after a search that had a
+    starting solution (PuLP then raises PulpSolverError): the search is run again without one."""
+    lp, limit, options = m.v.lp, task.limit, task.options
+    for var in lp.variables():
+        if var.name in start:
+            var.setInitialValue(start[var.name])
+
+    def search(warm: bool):
+        solver = _cbc(msg=False, timeLimit=max(1, math.floor(0.8 * limit.seconds())), threads=options.threads or 1,
+                      warmStart=warm, gapRel=0.0, gapAbs=1 - EPS, options=[f"randomSeed {options.seed + 1}"])
+        return lp.solve(solver)
+
+    for warm in ([True, False] if start else [False]):
+        try:
+            status, interrupted, _ = search_in_thread(lambda: search(warm), lambda: None, None)
+            break
+        except pulp.PulpSolverError:
+            if not warm or limit.seconds() < 1:
+                return PhaseAnswer(Status.UNKNOWN)
+    solutions = list(record.solutions)
+    if lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        solutions.append({var.name: var.varValue for var in lp.variables()})
+    proven = status == pulp.LpStatusOptimal and lp.sol_status == pulp.LpSolutionOptimal
+    ops = [_ops(m, values) for values in solutions]
+    if proven and ops:
+        return PhaseAnswer(Status.OPTIMAL, ops, m.primary(pulp.value(lp.objective)), interrupted)
+    if ops:
+        return PhaseAnswer(Status.FEASIBLE, ops, None, interrupted)
+    return PhaseAnswer(Status.INFEASIBLE if status == pulp.LpStatusInfeasible else Status.UNKNOWN, [], None,
+                       interrupted)

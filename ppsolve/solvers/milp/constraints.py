@@ -61,12 +61,12 @@ def precedences(v: Variables) -> None:
 
 def device_no_overlap(v: Variables) -> None:
     """SPEC rule 6, disjunctive: for each pair (a, b) of a device whose order is not implied,
-    S(b) >= E(a) - H(1 - y[a,b]) and S(a) >= E(b) - H y[a,b]."""
-    H = v.horizon
+    S(b) >= E(a) - M(a,b)(1 - y[a,b]) and S(a) >= E(b) - M(b,a) y[a,b], with M(a,b) the latest
+    end of a less the earliest start of b (their windows, ``variables.windows``)."""
     for (a, b), y in v.order.items():
         v.tick()
-        v.lp += v.start[b] >= v.end(a) - H * (1 - y)
-        v.lp += v.start[a] >= v.end(b) - H * y
+        v.lp += v.start[b] >= v.end(a) - v.big_m(a, b) * (1 - y)
+        v.lp += v.start[a] >= v.end(b) - v.big_m(b, a) * y
 
 
 def transfers(v: Variables) -> None:

@@ -1,11 +1,12 @@
 """The decision variables of the MILP: start times, disjunctive order binaries, offload choices.
 
 Times are integers in the model units of ``ppsolve.solvers.scaling``. Every
-compute op ``o`` has a start ``S(o)`` in ``[0, H - dur(o)]`` (``H`` the horizon,
-the warm start's makespan when known: the big-M of every disjunction). Two
-compute ops of one device are ordered by a binary ``y`` unless the order is
-implied (:func:`implied_before`); two transfers of one link lane by a binary
-``z``. Offload of (s, j) is a binary ``x`` with OFFLOAD and RELOAD starts.
+compute op ``o`` has a start ``S(o)`` in its window ``[head(o), H - dur(o) - tail(o)]``
+(``H`` the horizon, the warm start's makespan when known; head and tail from the
+chains of one microbatch, :func:`windows`): the windows give each disjunction its
+own big-M. Two compute ops of one device are ordered by a binary ``y`` unless the
+order is implied (:func:`implied_before`); two transfers of one link lane by a
+binary ``z``. Offload of (s, j) is a binary ``x`` with OFFLOAD and RELOAD starts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable
 
 import pulp
 
+from ppsolve.bounds import heads_and_tails
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.solvers.scaling import Scaling
@@ -56,6 +58,33 @@ def implied_before(a: Op, b: Op, symmetry: str) -> bool:
     return False
 
 
+def _ordered(kind: OpKind, stage: int, symmetry: str) -> bool:
+    """Whether ``constraints.symmetry`` orders the microbatches of (kind, stage)."""
+    return symmetry == "all" or (symmetry == "first" and kind is _F and stage == 0)
+
+
+def windows(problem: Problem, scaling: Scaling, symmetry: str) -> tuple[dict[Op, int], dict[Op, int]]:
+    """(head, tail) of every compute op in model units: S(o) >= head(o), and C >= E(o) + tail(o).
+
+    From one microbatch's chains (``ppsolve.bounds.heads_and_tails``), and where the symmetry
+    breaking orders the microbatches of a (kind, stage): op j has j of them before it and
+    m - 1 - j after it. Under "first" or "all" every op of microbatch j follows F(0, j).
+    """
+    heads, tails = heads_and_tails(problem, lambda k, s: scaling.duration[(k, s)], scaling.time)
+    m, d_first = problem.microbatches, scaling.duration[(_F, 0)]
+    head, tail = {}, {}
+    for op in problem.compute_ops():
+        key, j, dur = (op.kind, op.stage), op.microbatch, scaling.duration[(op.kind, op.stage)]
+        h, t = int(heads[key]), int(tails[key])
+        if symmetry != "none":
+            h += j * d_first
+        if _ordered(op.kind, op.stage, symmetry):
+            h = max(h, int(heads[key]) + j * dur)
+            t += (m - 1 - j) * dur
+        head[op], tail[op] = h, t
+    return head, tail
+
+
 @dataclass
 class Transfer:
     """The optional OFFLOAD and RELOAD of one (stage, microbatch), present iff ``chosen``."""
@@ -81,6 +110,8 @@ class Variables:
     order: dict[tuple[Op, Op], pulp.LpVariable] = field(default_factory=dict)
     transfers: dict[Key, Transfer] = field(default_factory=dict)
     makespan: pulp.LpVariable | None = None
+    head: dict[Op, int] = field(default_factory=dict)  # S(o) >= head(o)
+    latest_end: dict[Op, int] = field(default_factory=dict)  # E(o) <= latest_end(o)
     binaries: int = 0
     check: Callable[[], None] = lambda: None  # the time budget's check (raises when time is up)
     _ticks: int = 0
@@ -96,6 +127,10 @@ class Variables:
 
     def end(self, op: Op):
         return self.start[op] + self.dur(op)
+
+    def big_m(self, a: Op, b: Op) -> int:
+        """The least M with E(a) - M <= S(b) in every solution: latest end of a less earliest start of b."""
+        return max(0, self.latest_end[a] - self.head[b])
 
     def before(self, a: Op, b: Op):
         """1 when compute op a (same device as b) ends before b starts, else 0: a constant or y / 1 - y."""
@@ -128,8 +163,12 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
     ``check`` is called now and then (the time budget raises from it).
     """
     v = Variables(lp, problem, scaling, horizon, symmetry, check=check)
+    head, tail = windows(problem, scaling, symmetry)
     for op in problem.compute_ops():
-        v.start[op] = v.integer(f"S_{_name(op)}", 0, max(0, horizon - v.dur(op)))
+        latest = max(0, horizon - v.dur(op) - tail[op])
+        v.head[op] = min(head[op], latest)
+        v.latest_end[op] = latest + v.dur(op)
+        v.start[op] = v.integer(f"S_{_name(op)}", v.head[op], latest)
     per_device: dict[int, list[Op]] = {}
     for op in v.start:
         per_device.setdefault(problem.placement[op.stage], []).append(op)
