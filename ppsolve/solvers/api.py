@@ -25,6 +25,7 @@ from ppsolve.solvers.scaling import Scaling
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.progress import Progress
+    from ppsolve.solvers.window import Window
 
 OBJECTIVES = ("makespan", "memory")
 
@@ -127,6 +128,7 @@ class PhaseTask:
     makespan_cap: int | None = None
     hint: Schedule | None = None
     lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
+    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.window)
 
 
 @dataclass
@@ -139,6 +141,8 @@ class PhaseAnswer:
     bound: int | None = None
     interrupted: bool = False
     abandoned: bool = False
+    objective: int | None = None  # the best solution's objective value, model units
+    deterministic_time: float = 0.0  # the backend's measure of the work done (CP-SAT's deterministic time)
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
