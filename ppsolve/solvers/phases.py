@@ -52,8 +52,8 @@ SHARE_MEMORY = 0.45
 # model is neither built nor searched); above LNS_AFTER_OPS the whole model gets WHOLE_SHARE of
 # the makespan phase and the search the rest (set by measurement: docs/solver.md).
 WHOLE_MODEL_OPS = 3000
-LNS_AFTER_OPS = 400
-WHOLE_SHARE = 0.4
+LNS_AFTER_OPS = 200
+WHOLE_SHARE = 0.3
 
 
 def model_ops(problem: Problem, offload: bool) -> int:
