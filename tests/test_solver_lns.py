@@ -20,12 +20,12 @@ from tests.helpers import make_problem
 OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}
 
 
-def _problem(offload=None):
+def _problem(offload=None, capacity=2.25):
     """4 devices x 12 microbatches, uneven stages, p2p, room for two activations per device."""
     extra = {"offload": offload} if offload else {}
     return make_problem(devices=4, microbatches=12, time_forward=[2, 3, 3, 4], time_backward_input=[3, 4, 4, 5],
                         time_backward_weight=[2, 2, 2, 3], time_p2p=0.5, memory_activation=1,
-                        memory_weight_hold=0.25, memory_capacity=2.25, **extra)
+                        memory_weight_hold=0.25, memory_capacity=capacity, **extra)
 
 
 def _serial(problem, offload=False):
@@ -54,9 +54,10 @@ def checked_incumbents(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("offload", [None, OFFLOAD], ids=["no-offload", "shared-links"])
-def test_every_incumbent_is_valid_and_none_is_longer(offload, checked_incumbents):
-    problem = _problem(offload)
+@pytest.mark.parametrize("offload, capacity", [(None, 2.25), (OFFLOAD, 2.25), (OFFLOAD, None)],
+                         ids=["no-offload", "shared-links", "offload-without-cap"])
+def test_every_incumbent_is_valid_and_none_is_longer(offload, capacity, checked_incumbents):
+    problem = _problem(offload, capacity)
     start = _serial(problem, offload=offload is not None)
     result = _improve(problem, start)
     assert check(result.best).ok
@@ -65,9 +66,11 @@ def test_every_incumbent_is_valid_and_none_is_longer(offload, checked_incumbents
     assert makespans == sorted(makespans, reverse=True) and len(makespans) == result.improved + 1
 
 
-def test_a_window_admits_its_own_placement():
-    """Every window of a valid schedule has a solution at least as good as the incumbent's placement."""
-    problem = _problem(OFFLOAD)
+@pytest.mark.parametrize("capacity", [2.25, None], ids=["capped", "uncapped"])
+def test_a_window_admits_its_own_placement(capacity):
+    """Every window of a valid schedule has a solution at least as good as the incumbent's placement,
+    and that solution composes into a valid schedule."""
+    problem = _problem(OFFLOAD, capacity)
     start = _serial(problem, offload=True)
     inc = Incumbent(start)
     budget = Budget(30, deterministic=True)

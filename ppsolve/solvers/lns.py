@@ -45,6 +45,7 @@ ROUND_SECONDS_PER_OP = 5e-5
 OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
 MAX_BATCH = 12  # ... up to this many
 ORDERS = True  # without transfers, ops after a window keep their order rather than their times
+CRITICAL_SHARE = 1.0  # of the windows centred on an op of a longest path (the others: on any op)
 ALL_DEVICES = 16  # up to this many devices a window spans all of them; beyond, half its windows take a block
 BLOCK = 8  # devices in a block window
 
@@ -68,8 +69,8 @@ def _flow(schedule: Schedule) -> float:
 def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
     """Devices and time range of the next window: around a random op on a longest path."""
     p = inc.problem
-    critical = inc.critical_ops
-    centre = critical[rng.randrange(len(critical))]
+    pool = inc.critical_ops if rng.random() < CRITICAL_SHARE else inc.compute[rng.randrange(p.devices)]
+    centre = pool[rng.randrange(len(pool))]
     if p.devices <= ALL_DEVICES or rng.random() < 0.5:
         devices = tuple(range(p.devices))
     else:

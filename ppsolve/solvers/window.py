@@ -219,9 +219,11 @@ def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, or
     movable = set(low)  # free ops and the transfers the model may add
 
     def need(op: Op) -> None:
-        if op not in movable and op in by_op:
-            sop = by_op[op]
-            fixed[op] = sop._replace(start=late, end=late) if orders and sop.start >= t1 else sop
+        for one in ((Op(_OFF, op.stage, op.microbatch), Op(_REL, op.stage, op.microbatch)) if op.kind.is_transfer
+                    else (op,)):  # a transfer comes with its partner: the model holds the pair
+            if one not in movable and one in by_op:
+                sop = by_op[one]
+                fixed[one] = sop._replace(start=late, end=late) if orders and sop.start >= t1 else sop
 
     for op in movable:
         for dep in inc.before[(op.kind, op.stage)]:
