@@ -141,8 +141,7 @@ class PhaseAnswer:
     bound: int | None = None
     interrupted: bool = False
     abandoned: bool = False
-    objective: int | None = None  # the best solution's objective value, model units
-    deterministic_time: float = 0.0  # the backend's measure of the work done (CP-SAT's deterministic time)
+    work: float = 0.0  # deterministic work done, in the budget's seconds (CP-SAT: deterministic time over its rate)
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,

@@ -36,16 +36,14 @@ from ppsolve.solvers.window import Incumbent, compose, make_window
 START_SIZE = 120  # free ops in the first window
 MIN_SIZE, MAX_SIZE = 60, 2000
 WINDOW_SECONDS = 1.0  # the most one window's search may take (wall clock, or deterministic work in seconds)
-# Deterministic mode counts work without the clock: CP-SAT's deterministic time runs about five
-# times slower than the CPU on window models (measured: docs/solver.md), and a round's re-timing
-# and check cost about ROUND_SECONDS_PER_OP per op of the schedule.
-DETERMINISTIC_PER_SECOND = 0.2
-WINDOW_OVERHEAD = 0.05  # seconds charged per window besides its search (building the model)
+# Deterministic mode counts work without the clock: each window's search as the backend reports it
+# (PhaseAnswer.work), plus WINDOW_OVERHEAD per window (building its model) and ROUND_SECONDS_PER_OP
+# per op of the schedule and round (re-timing and checking it; measured: docs/solver.md).
+WINDOW_OVERHEAD = 0.05
 ROUND_SECONDS_PER_OP = 5e-5
 OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
 MAX_BATCH = 12  # ... up to this many
 ORDERS = True  # without transfers, ops after a window keep their order rather than their times
-CRITICAL_SHARE = 1.0  # of the windows centred on an op of a longest path (the others: on any op)
 ALL_DEVICES = 16  # up to this many devices a window spans all of them; beyond, half its windows take a block
 BLOCK = 8  # devices in a block window
 
@@ -58,6 +56,7 @@ class LnsResult:
     windows: int = 0
     improved: int = 0
     optimal: int = 0  # windows solved to optimality
+    infeasible: int = 0  # windows without a solution (after rounding the fixed ops' times)
     interrupted: bool = False
     sizes: list[int] = field(default_factory=list)
 
@@ -69,14 +68,14 @@ def _flow(schedule: Schedule) -> float:
 def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
     """Devices and time range of the next window: around a random op on a longest path."""
     p = inc.problem
-    pool = inc.critical_ops if rng.random() < CRITICAL_SHARE else inc.compute[rng.randrange(p.devices)]
-    centre = pool[rng.randrange(len(pool))]
+    centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
     if p.devices <= ALL_DEVICES or rng.random() < 0.5:
         devices = tuple(range(p.devices))
     else:
         first = min(max(0, centre.device - BLOCK // 2), p.devices - BLOCK)
         devices = tuple(range(first, first + BLOCK))
-    count = sum(len(inc.compute[d]) for d in devices) + sum(len(ops) for ops in inc.lanes.values()) * len(devices) / p.devices
+    transfers = sum(len(ops) for ops in inc.lanes.values()) * len(devices) / p.devices
+    count = sum(len(inc.compute[d]) for d in devices) + transfers  # ops of those devices, whole schedule
     width = size / max(count, 1.0) * inc.makespan
     t0 = max(0.0, centre.start - width * rng.uniform(0.2, 0.8))
     return devices, t0, min(inc.makespan, t0 + width)
@@ -90,10 +89,9 @@ def batch_size(ops: int) -> int:
 
 def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
             backend: ModuleType, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
-    """Rounds of windows until ``limit`` (the wall clock; in deterministic mode the work done, in
-    seconds: the windows' deterministic time over ``DETERMINISTIC_PER_SECOND``, ``WINDOW_OVERHEAD``
-    per window and ``ROUND_SECONDS_PER_OP`` per op and round), the incumbent reaches
-    ``lower_bound``, or Ctrl-C.
+    """Rounds of windows until ``limit`` (the wall clock; in deterministic mode also the work done,
+    in seconds: the windows' searches, ``WINDOW_OVERHEAD`` per window and ``ROUND_SECONDS_PER_OP``
+    per op and round), the incumbent reaches ``lower_bound``, or Ctrl-C.
 
     A round picks up to :func:`batch_size` pairwise independent windows, solves each, applies
     every placement that shortens its window's longest path (or, as long, ends its ops earlier),
@@ -124,8 +122,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             if out_of_time():
                 break
             now = time.monotonic()
-            det = (max(0.01, min(WINDOW_SECONDS, limit.deterministic - spent) * DETERMINISTIC_PER_SECOND)
-                   if deterministic else None)
+            det = max(0.05, min(WINDOW_SECONDS, limit.deterministic - spent)) if deterministic else None
             task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
                              Limit(min(limit.until, now + WINDOW_SECONDS), det), progress, window=window)
             try:
@@ -133,7 +130,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             except KeyboardInterrupt:
                 result.interrupted = True
                 break
-            spent += answer.deterministic_time / DETERMINISTIC_PER_SECOND + WINDOW_OVERHEAD
+            spent += answer.work + WINDOW_OVERHEAD
             result.windows += 1
             result.sizes.append(window.size)
             progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
@@ -141,7 +138,9 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             if answer.status is Status.OPTIMAL:
                 result.optimal += 1
                 size = min(MAX_SIZE, int(size * 1.2))
-            elif answer.status is not Status.INFEASIBLE:
+            elif answer.status is Status.INFEASIBLE:
+                result.infeasible += 1
+            else:
                 size = max(MIN_SIZE, int(size * 0.8))
             if result.interrupted or not answer.status.solved:
                 continue

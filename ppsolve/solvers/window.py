@@ -16,10 +16,12 @@ the window (``PhaseTask.window``) places the free ops again:
 Whatever the model returns keeps every fixed op where it was, so the schedule it composes
 (:func:`compose`) is valid when the model is; the runtime's re-timing then moves later ops
 earlier (never later). Without transfers the ops after the window may keep their order
-instead of their times (``orders``), which leaves the model more room. The model minimises the longest path through the window: a free op's
-end plus its tail, the longest chain of fixed ops after it in the incumbent (dependencies,
-device order and lane order, as re-timing follows them): an estimate of the makespan after
-re-timing.
+instead of their times (``orders``), which leaves the model more room.
+
+The model minimises the longest path through the window (then the sum of the free ops' ends):
+a free op's end plus its tail, the longest chain of fixed ops after it in the incumbent
+(dependencies, device order and lane order, as re-timing follows them), an estimate of the
+makespan after re-timing.
 """
 
 from __future__ import annotations

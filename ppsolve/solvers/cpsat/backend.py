@@ -22,6 +22,9 @@ from ppsolve.solvers.cpsat.variables import SNAP, EmptyWindow, Variables, build_
 from ppsolve.solvers.scaling import peak_ranges
 
 NAME = "cpsat"
+# Deterministic mode: CP-SAT's deterministic time per second of the budget's deterministic work; one
+# unit took 5 to 8 CPU seconds on window models of 130-160 ops with one worker (docs/solver.md).
+DETERMINISTIC_PER_SECOND = 0.15
 WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
 WINDOW_PARAMETERS = {"linearization_level": 2}
@@ -250,7 +253,7 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
     params.max_time_in_seconds = limit.seconds()
     if limit.deterministic is not None:
         params.num_workers = 1
-        params.max_deterministic_time = limit.deterministic
+        params.max_deterministic_time = DETERMINISTIC_PER_SECOND * limit.deterministic
     else:
         params.num_workers = task.options.threads or 0
     if task.window is not None:
@@ -271,14 +274,13 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
                                             task.limit.until + task.budget.reserve / 2)
     status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
     values = list(recorder.history)
-    bound = objective_value = None
+    bound = None
     if status.solved:
         values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
         bound = int(recorder.primary(solver.best_objective_bound))
-        objective_value = int(recorder.primary(solver.objective_value))
     if task.window is not None:  # only the best: the driver composes and checks it
         solutions = [_window_ops(m, task.window, values[-1])] if status.solved else []
     else:
         solutions = [_model_ops(m, x) for x in values]
-    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, objective_value,
-                       solver.deterministic_time)
+    work = solver.deterministic_time / DETERMINISTIC_PER_SECOND if code is not None else 0.0  # no response: none
+    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, work)

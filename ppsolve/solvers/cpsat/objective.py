@@ -1,4 +1,5 @@
-"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory; or a window's longest path."""
+"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory; or a
+window's longest path (large-neighbourhood search)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,6 @@ from ortools.sat.python import cp_model
 
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
-
-
-WINDOW_FLOW = True
 
 
 def minimise_makespan(v: Variables) -> None:
@@ -59,7 +57,4 @@ def minimise_window(v: Variables, tails: dict) -> None:
                 constraint = v.model.add(v.makespan >= end + tails[op])
                 if t.present is not None:
                     constraint.only_enforce_if(t.present)
-    if WINDOW_FLOW:
-        v.model.minimize(len(ends) * v.makespan + cp_model.LinearExpr.sum(ends))
-    else:
-        v.model.minimize(v.makespan)
+    v.model.minimize(len(ends) * v.makespan + cp_model.LinearExpr.sum(ends))
