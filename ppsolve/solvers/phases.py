@@ -49,10 +49,12 @@ SHARE_MEMORY = 0.45
 
 # Problem size, in the ops a model places (compute ops, and with offload the transfers it may add).
 # Above WHOLE_MODEL_OPS the makespan is improved by large-neighbourhood search alone (the whole
-# model is neither built nor searched); above LNS_AFTER_OPS the whole model gets WHOLE_SHARE of
-# the makespan phase and the search the rest (set by measurement: docs/solver.md).
+# model is neither built nor searched); above LNS_AFTER_OPS, when the makespan phase has at least
+# LNS_MIN_SECONDS, the whole model gets WHOLE_SHARE of it and the search the rest (set by
+# measurement: docs/solver.md; a search of a few windows is no use).
 WHOLE_MODEL_OPS = 3000
 LNS_AFTER_OPS = 200
+LNS_MIN_SECONDS = 5.0
 WHOLE_SHARE = 0.3
 
 
@@ -314,7 +316,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, run.budget.search(share, keep)), lb, False
     else:
-        lns_after = run.windows and run.ops > LNS_AFTER_OPS
+        lns_after = run.windows and run.ops > LNS_AFTER_OPS and share * options.time_limit >= LNS_MIN_SECONDS
         whole = share * WHOLE_SHARE if lns_after else share
         best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
         if lns_after and not proven and not run.interrupted:
