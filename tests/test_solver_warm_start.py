@@ -11,7 +11,7 @@ from ppsolve.methods import Method
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
-from ppsolve.solvers.warm_start import best_warm_start, greedy_orders, serial_orders
+from ppsolve.solvers.warm_start import best_warm_start, list_plan, serial_orders
 from tests.helpers import make_problem
 
 
@@ -23,11 +23,11 @@ def _fake(name, build, why_not=lambda p: None):
 @pytest.fixture
 def fake_baselines(monkeypatch):
     problem = make_problem(devices=3, microbatches=4, memory_capacity=2)
-    good = make_schedule(problem, simulate(problem, greedy_orders(problem)), "fake-good")
+    good = make_schedule(problem, simulate(problem, list_plan(problem)), "fake-good")
 
     def too_big(p, o):  # ignores the capacity: must be rejected by the checker
         free = p.replace(capacity=None)
-        ops = simulate(free, [[op for op in order] for order in greedy_orders(free, "FBW")])
+        ops = simulate(free, [[op for op in order] for order in list_plan(free, "FBW")])
         return make_schedule(p, ops, "fake-too-big")
 
     def broken(p, o):

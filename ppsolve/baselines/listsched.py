@@ -1,7 +1,7 @@
 """A memory-aware list scheduler: the engine behind ZB-H1/H2, ZB-V, V-Half, V-Min and greedy.
 
 Time advances event by event; whenever a device is idle it runs, among its ready
-ops, the most urgent one:
+ops, the most urgent one (the default order; :class:`ListPolicy` can change it):
 
 1. a B (oldest microbatch first, later stage first): it frees memory and feeds
    the device before it;
@@ -39,6 +39,12 @@ _EPS = 1e-9
 # event codes, in the order events of one instant are handled
 _DONE, _XDONE, _READY, _XREADY, _RELREQ = 0, 1, 2, 3, 4
 
+# what an idle device may run (a B, a held microbatch's forward, an admission forward, a W),
+# most preferred first, for each order of kinds
+_RB, _RFC, _RFA, _RW = range(4)
+_CLASSES = {"BFW": (_RB, _RFC, _RFA, _RW), "FBW": (_RFC, _RFA, _RB, _RW), "BWF": (_RB, _RW, _RFC, _RFA),
+            "FWB": (_RFC, _RFA, _RW, _RB), "WBF": (_RW, _RB, _RFC, _RFA), "WFB": (_RW, _RFC, _RFA, _RB)}
+
 
 @dataclass(frozen=True)
 class ListPolicy:
@@ -58,6 +64,12 @@ class ListPolicy:
     waits for it in the plan (contract version 2), so the memory it freed is usable
     at once; off, freed memory counts for admissions only once the device's next
     compute op has ended (as under version 1), which sometimes packs better.
+    ``order``: the kinds in the order an idle device prefers them: "BFW" (the module's
+    rules), "FBW" (every ready forward, held or admitted, before a B) or "BWF" (W before
+    forwards, which frees weight holds sooner).
+    ``late_first``: among the ready B and the ready forwards of held microbatches, the latest
+    stage first (else the oldest microbatch first): a microbatch goes through the device's
+    chunks before the next one.
     """
 
     limit: tuple[float | None, ...]
@@ -67,6 +79,13 @@ class ListPolicy:
     forward_first: bool = False
     lean: bool = False
     wait_for_offloads: bool = True
+    order: str = "BFW"
+    late_first: bool = False
+
+    def __post_init__(self):
+        if self.order not in _CLASSES:
+            raise ValueError(f"ListPolicy.order must be a permutation of 'BFW', got {self.order!r}")
+
 
 
 def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], dict[tuple[int, int], float],
@@ -133,12 +152,16 @@ class _ListScheduler:
         for key in [(k, st) for k in p.kinds for st in range(S)]:
             after.setdefault(key, ())
         limit, amount, split = self.limit, self.amount, self.split
-        forward_first, lean = self.policy.forward_first, self.policy.lean
+        lean, late = self.policy.lean, self.policy.late_first
+        classes = list(_CLASSES[self.policy.order])
+        if self.policy.forward_first and classes.index(_RFC) > classes.index(_RB):
+            classes.remove(_RFC)
+            classes.insert(classes.index(_RB), _RFC)
         new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
         lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) for st in p.stages_of_device]
         orders: list[list[Op]] = [[] for _ in range(D)]
-        rb = [[] for _ in range(D)]   # ready B: (j, -s)
-        rfc = [[] for _ in range(D)]  # ready continuation F: (j, s)
+        rb = [[] for _ in range(D)]   # ready B: (j, -s), or (-s, j) with late_first
+        rfc = [[] for _ in range(D)]  # ready continuation F: (j, s), or (-s, j) with late_first
         rfa = [[] for _ in range(D)]  # ready admission F: (j, s)
         rw = [deque() for _ in range(D)]
         level = [0.0] * D
@@ -183,9 +206,12 @@ class _ListScheduler:
                     b_need[(s, j)] -= 1
                     if b_need[(s, j)] > 0:
                         return
-                heapq.heappush(rb[d], (j, -s))
+                heapq.heappush(rb[d], (-s, j) if late else (j, -s))
             elif kind is _F:
-                heapq.heappush(rfa[d] if s == first[d] else rfc[d], (j, s))
+                if s == first[d]:
+                    heapq.heappush(rfa[d], (j, s))
+                else:
+                    heapq.heappush(rfc[d], (-s, j) if late else (j, s))
             else:
                 rw[d].append((s, j))
             touched.add(d)
@@ -207,26 +233,37 @@ class _ListScheduler:
                 push(start, _XREADY, _REL, s, j)
 
         def dispatch(d, t):
-            cont = rfc[d] and (not lean or limit[d] is None
-                               or level[d] + unusable[d] + act[rfc[d][0][1]] <= limit[d] + _EPS)
-            if rb[d] and not (forward_first and cont):
-                j, ns = heapq.heappop(rb[d])
-                s, kind = -ns, _B
-            elif cont:
-                j, s = heapq.heappop(rfc[d])
-                kind = _F
-                committed[d] -= act[s]
-                level[d] += act[s]
-            elif rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
-                             + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0) <= limit[d] + _EPS):
-                j, s = heapq.heappop(rfa[d])
-                kind = _F
-                level[d] += act[s]
-                committed[d] += rest[d]
-            elif rw[d]:
-                s, j = rw[d].popleft()
-                kind = _W
-            else:
+            kind = None
+            for cls in classes:
+                if cls == _RB:
+                    if rb[d]:
+                        a, b = heapq.heappop(rb[d])
+                        j, s, kind = (b, -a, _B) if late else (a, -b, _B)
+                        break
+                elif cls == _RFC:
+                    if rfc[d]:
+                        a, b = rfc[d][0]
+                        s = -a if late else b
+                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s] <= limit[d] + _EPS:
+                            heapq.heappop(rfc[d])
+                            j, kind = (b if late else a), _F
+                            committed[d] -= act[s]
+                            level[d] += act[s]
+                            break
+                elif cls == _RFA:
+                    if rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
+                                   + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0)
+                                   <= limit[d] + _EPS):
+                        j, s = heapq.heappop(rfa[d])
+                        kind = _F
+                        level[d] += act[s]
+                        committed[d] += rest[d]
+                        break
+                elif rw[d]:
+                    s, j = rw[d].popleft()
+                    kind = _W
+                    break
+            if kind is None:
                 return
             op = new_op(Op, (kind, s, j))
             orders[d].append(op)

@@ -25,6 +25,7 @@ from ppsolve.solvers.scaling import Scaling
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.progress import Progress
+    from ppsolve.solvers.window import Window
 
 OBJECTIVES = ("makespan", "memory")
 
@@ -130,6 +131,7 @@ class PhaseTask:
     makespan_cap: int | None = None
     hint: Schedule | None = None
     lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
+    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.window)
 
 
 @dataclass
@@ -145,6 +147,7 @@ class PhaseAnswer:
     interrupted: bool = False
     abandoned: bool = False
     by_clock: bool = False
+    work: float = 0.0  # deterministic work done, in the budget's seconds (CP-SAT: deterministic time over its rate)
 
 
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,

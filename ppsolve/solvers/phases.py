@@ -29,6 +29,7 @@ from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
                                  SolveResult, Status, wait_for)
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
+from ppsolve.solvers.lns import LnsResult, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, shortest
@@ -45,6 +46,24 @@ SHARE_MAKESPAN_BEFORE_OFFLOAD = 0.65
 SHARE_OFFLOAD = 0.15
 SHARE_MAKESPAN_BEFORE_MEMORY = 0.35
 SHARE_MEMORY = 0.45
+
+# Problem size, in the ops a model places (compute ops, and with offload the transfers it may add).
+# Above WHOLE_MODEL_OPS the makespan is improved by large-neighbourhood search alone (the whole
+# model is neither built nor searched); above LNS_AFTER_OPS, when the makespan phase has at least
+# LNS_MIN_SECONDS, the whole model gets WHOLE_SHARE of it and the search the rest (set by
+# measurement: docs/solver.md; a search of a few windows is no use).
+WHOLE_MODEL_OPS = 3000
+LNS_AFTER_OPS = 200
+LNS_MIN_SECONDS = 5.0
+WHOLE_SHARE = 0.3
+
+
+def model_ops(problem: Problem, offload: bool) -> int:
+    """How many ops a model of the whole problem places."""
+    n = problem.num_stages * problem.microbatches * len(problem.kinds)
+    if offload and problem.can_offload:
+        n += 2 * problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.max_offload(s) > 0)
+    return n
 
 
 def load_backend(name: str) -> ModuleType:
@@ -97,6 +116,10 @@ class _Run:
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
+        self.ops = model_ops(problem, self.use_offload)
+        self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
+        self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
+        self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
 
     def user_time(self, x: float) -> float:
         return round(x / self.scaling.time_scale, 9)
@@ -187,7 +210,7 @@ def _warm_start(run: _Run) -> Schedule | None:
         run.not_reproducible("the wall clock cut the warm start short")
     elif cut:
         run.notes.append("the warm start was cut short (a candidate ran past its share of the time)")
-    if warm is not None and options.symmetry and budget.left() > 0:  # no search to hint otherwise
+    if warm is not None and options.symmetry and run.whole_model and budget.left() > 0:  # a hint for the whole model
         began = time.monotonic()
         warm = fifo_relabel(warm)  # so that the hint satisfies the symmetry breaking (checked again)
         budget.note_check_seconds(time.monotonic() - began)
@@ -245,6 +268,9 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     sc = run.scaling
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
+    if run.lns is not None:
+        extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
+                                   "solved_to_optimality": run.lns.optimal}
     info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 
@@ -280,15 +306,40 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.progress.end_phase()
 
 
+def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
+    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``)."""
+    run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
+    timed = realise(run.problem, list(start.ops), start.method.name) or start  # as the runtime times it
+    result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
+                     run.use_offload, run.lb)
+    run.progress.end_phase()
+    run.interrupted = run.interrupted or result.interrupted
+    run.lns = result
+    if result.best.makespan >= start.makespan - 1e-9:
+        return start
+    run.notes.append(f"large-neighbourhood search: {result.improved} better schedules in {result.windows} windows "
+                     f"({start.makespan:g} -> {result.best.makespan:g})")
+    return result.best
+
+
 def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     share = SHARE_MAKESPAN_BEFORE_OFFLOAD if run.use_offload else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if run.use_offload else 0.0
+    keep = SHARE_OFFLOAD if run.use_offload and run.whole_model else 0.0
     lb = run.lb
-    best, lower, proven = _minimise_makespan(run, warm, share, keep)
-    if best is not None and best.offloaded > 0 and not run.interrupted:
+    if not run.whole_model and warm is not None:
+        best, lower, proven = _large_neighbourhoods(run, warm, run.budget.search(share, keep)), lb, False
+    else:
+        lns_after = run.windows and run.ops > LNS_AFTER_OPS and share * options.time_limit >= LNS_MIN_SECONDS
+        whole = share * WHOLE_SHARE if lns_after else share
+        best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
+        if lns_after and not proven and not run.interrupted:
+            start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
+            if start is not None:
+                best = _large_neighbourhoods(run, start, run.budget.search(share - whole, keep))
+    if best is not None and best.offloaded > 0 and not run.interrupted and run.whole_model:
         best = _least_offload(run, best, SHARE_OFFLOAD)
-    from_warm = False
+    from_warm = best is not None and best is warm
     if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
         best, from_warm = warm, True
         run.notes.append(f"the warm start ({warm.method.name}) is better than any model solution found")

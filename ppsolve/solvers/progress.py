@@ -6,7 +6,8 @@ is refreshed several times a second (a ticker thread, so the clock moves even
 while the solver reports nothing); otherwise one line is printed when a phase
 starts and one when it ends. The least-offload phase reads
 ``offloaded X (at makespan Y)`` and shows a bound only when it is above zero,
-since "at least 0" is no news and a 100 % gap would read as a failure.
+since "at least 0" is no news and a 100 % gap would read as a failure. The
+large-neighbourhood phase reads ``neighbourhoods ... makespan X (N windows, K better)``.
 """
 
 from __future__ import annotations
@@ -55,17 +56,22 @@ class Progress:
             if bound is not None:
                 self.bound = self._to_user(bound)
 
+    def detail(self, at: str) -> None:
+        """Replace the phase's note after the quantity (e.g. how many windows a search has tried)."""
+        with self._lock:
+            self._at = at
+
     # ----- what the solve calls -----
 
     def phase(self, name: str, quantity: str, to_user: Callable[[float], float], incumbent: float | None = None,
-              at: str = "", gap: bool = True) -> None:
-        """Start a phase; ``incumbent`` (user units) is what it starts from, ``at`` a note such as
-        ``(at makespan 90)``; ``gap=False`` hides the gap."""
+              at: str = "", gap: bool = True, bound: float | None = None) -> None:
+        """Start a phase; ``incumbent`` (user units) is what it starts from, ``bound`` (user units)
+        what is known to hold already, ``at`` a note such as ``(at makespan 90)``; ``gap=False`` hides the gap."""
         self.end_phase()
         with self._lock:
             self._name, self._quantity, self._to_user = name, quantity, to_user
             self._at, self._gap = at, gap
-            self.incumbent, self.bound = incumbent, None
+            self.incumbent, self.bound = incumbent, bound
         if self.quiet:
             return
         if self.tty:

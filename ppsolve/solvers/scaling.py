@@ -75,16 +75,24 @@ class Scaling:
     offload_amount: tuple[int, ...]  # scaled max_offload(s); 0 where a stage cannot offload
     capacity: tuple[int | None, ...]
 
-    def time(self, x: float, up: bool = True) -> int:
-        """A time of the problem in model units (rounded up, or down, when inexact)."""
-        y = x * self.time_scale
-        r = round(y)
-        if abs(y - r) <= 1e-6:
-            return int(r)
-        return math.ceil(y) if up else math.floor(y)
+    def time(self, x: float, up: bool = True, tolerance: float = 1e-6) -> int:
+        """A time of the problem in model units (rounded up, or down, when more than ``tolerance``
+        from an integer)."""
+        return _rounded(x * self.time_scale, up, tolerance)
+
+    def memory(self, x: float, up: bool = True) -> int:
+        """A memory figure in model units (rounded up, or down, when inexact)."""
+        return _rounded(x * self.memory_scale, up, 1e-6)
 
     def to_time(self, t: int) -> float:
         return t / self.time_scale
+
+
+def _rounded(y: float, up: bool, tolerance: float) -> int:
+    r = round(y)
+    if abs(y - r) <= tolerance:
+        return int(r)
+    return math.ceil(y) if up else math.floor(y)
 
 
 def build_scaling(problem: Problem) -> Scaling:
@@ -101,12 +109,10 @@ def build_scaling(problem: Problem) -> Scaling:
     mscale, mexact = _scale_for(memory)
 
     def up(x: float, scale: int) -> int:
-        y = x * scale
-        return int(round(y)) if abs(y - round(y)) <= 1e-6 else math.ceil(y)
+        return _rounded(x * scale, True, 1e-6)
 
     def down(x: float, scale: int) -> int:
-        y = x * scale
-        return int(round(y)) if abs(y - round(y)) <= 1e-6 else math.floor(y)
+        return _rounded(x * scale, False, 1e-6)
 
     duration: dict = {}
     for s in range(S):

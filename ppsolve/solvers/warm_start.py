@@ -5,27 +5,33 @@ shortest wins. Candidates are tried one after another (the baselines, then our
 plans, serial first) until a deadline, and the rest are skipped: a warm start
 that cannot finish in its share of the time is cut short (once one exists).
 Baselines come from the method registry (family "baseline"),
-so this works whether or not any baseline is installed; two simple plans of
-our own are always tried as well:
+so this works whether or not any baseline is installed; plans of our own are
+always tried as well:
 
 * serial: microbatches one after another (F down the stages, B and W back),
   valid for every placement; one microbatch in flight, so its peak is the
   least capacity without offload (or with offload, moving every offloadable
   activation right after its F).
+* the list scheduler (the greedy baseline's engine) under other orders of kinds
+  (forwards first, W first; with several chunks, a held microbatch's later chunks first).
 * 1F1B limited to k in flight (linear placement): device i warms up with
   min(k, d - i) - 1 forwards, then alternates F and B (W right after B).
-  k = d is 1F1B; smaller k trades speed for memory (peak k activations).
+  k = d is 1F1B; smaller k trades speed for memory (peak k activations): the
+  largest k that fits and the one below it.
+* with offload: the list scheduler's orders made without a cap, and 1F1B limited to
+  a k above what fits, each offloading on the devices over the cap.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Iterator
 
-from ppsolve.checker import check
-from ppsolve.dependencies import dependency_table
-from ppsolve.errors import DeadlockError, PpsolveError
+from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.checker import check
+from ppsolve.errors import PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -81,6 +87,25 @@ def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list
     return orders
 
 
+def fitting_k(problem: Problem) -> int:
+    """The most microbatches in flight (1F1B limited to k, linear placement) whose activations fit
+    every capacity without offload: device i holds min(k, d - i) of them (weight holds aside)."""
+    d = problem.devices
+    for k in range(d, 1, -1):
+        if all(c is None or min(k, d - i) * problem.activation[i] <= c + 1e-12
+               for i, c in enumerate(problem.capacity)):
+            return k
+    return 1
+
+
+def list_plan(problem: Problem, order: str = "BFW", late_first: bool = False) -> list[list[Op]]:
+    """The list scheduler's orders (:mod:`ppsolve.baselines.listsched`) within the capacity, without
+    offload, preferring kinds in ``order`` (and, with ``late_first``, a held microbatch's later stages)."""
+    orders, _, _ = list_orders(problem, ListPolicy(limit=tuple(problem.capacity), order=order,
+                                                   late_first=late_first))
+    return orders
+
+
 def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: set[int]) -> list[list[Op]]:
     """``orders`` with every activation of ``devices`` offloaded right after its F and reloaded
     up to ``lead`` compute ops before its B (lead 0: just before the B), never before an F (whose
@@ -120,14 +145,17 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     all_devices = {d for d in range(problem.devices) if problem.capacity[d] is not None}
     for prefer in ("BFW", "FBW"):
         try:
-            base = greedy_orders(free, prefer, problem.chunks > 1)
+            base = list_plan(free, prefer, problem.chunks > 1)
         except PpsolveError:
             continue
         for lead in (0, 1, 2):
             plans.append((f"greedy-{prefer}-nocap+offload-lead{lead}", with_offload(problem, base, lead, all_devices)))
     if problem.placement_name != "linear":
         return plans
-    for k in range(problem.devices, 1, -1):
+    fit = fitting_k(problem)
+    for k in sorted({problem.devices, (problem.devices + fit) // 2, fit + 1}, reverse=True):
+        if k <= fit or k < 2:
+            continue
         over = {d for d in range(problem.devices)
                 if problem.capacity[d] is not None
                 and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
@@ -147,12 +175,14 @@ def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[O
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):
             yield (f"greedy-{prefer}{'-late' if late else ''}",
-                   lambda prefer=prefer, late=late: greedy_orders(problem, prefer, late))
+                   lambda prefer=prefer, late=late: list_plan(problem, prefer, late))
     if problem.can_offload:
         yield "serial+offload", lambda: serial_orders(problem, offload=True)
     if problem.placement_name == "linear":
-        for k in range(problem.devices, 1, -1):
-            yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
+        fit = fitting_k(problem)
+        for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
+            if k >= 2:
+                yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
     for name, orders in _offload_plans(problem):
         yield name, lambda orders=orders: orders
 
@@ -163,10 +193,12 @@ def acceptable(schedule: Schedule) -> bool:
 
 
 def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
-                    at_least_one: bool = True) -> list[Schedule]:
+                    at_least_one: bool = True, beat: float = math.inf) -> list[Schedule]:
     """Our own plans, each as listed and, when it offloads, with every forward waiting for the
     offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
-    made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``)."""
+    made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
+    A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
+    (a check costs more than a simulation)."""
     out: list[Schedule] = []
     for name, make in _own_plans(problem):
         if (out or not at_least_one) and until():
@@ -178,11 +210,15 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
         waits = forwards_wait_for_offloads(orders)
         for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
             try:
-                schedule = make_schedule(problem, simulate(problem, orders, waits=plan_waits), f"warm:{label}")
+                ops = simulate(problem, orders, waits=plan_waits)
             except PpsolveError:
                 continue
+            if (out or not at_least_one) and max(op.end for op in ops) > beat + 1e-9:
+                continue
+            schedule = make_schedule(problem, ops, f"warm:{label}")
             if acceptable(schedule):
                 out.append(schedule)
+                beat = min(beat, schedule.makespan)
     return out
 
 
@@ -230,108 +266,14 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
         candidates += baseline_warm_starts(problem, choice, time_limit, until)
     else:  # the baselines (fast generators, good orders), then our plans, serial first (valid, cheap)
         candidates += baseline_warm_starts(problem, choice, time_limit, until)
-        candidates += own_warm_starts(problem, until, at_least_one=not candidates)
+        candidates += own_warm_starts(problem, until, at_least_one=not candidates,
+                                      beat=min((c.makespan for c in candidates), default=math.inf))
     return shortest(candidates)
 
 
 def shortest(candidates: list[Schedule]) -> Schedule | None:
     """The warm start among candidates: least makespan, then least offloaded, then least peak."""
     return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)), default=None)
-
-
-def greedy_orders(problem: Problem, prefer: str = "BFW", late_first: bool = False) -> list[list[Op]]:
-    """A list scheduler for any placement, without offload, that respects the capacity.
-
-    Time advances event by event; an idle device starts the first ready op of
-    its stages in the kind order ``prefer`` (per stage and kind in microbatch
-    order; among stages, the lowest first, or the highest with ``late_first``). A device admits a new microbatch (the F of its lowest stage) only
-    when the memory of all its stages for that microbatch is free, so an
-    admitted microbatch always finishes and the plan never deadlocks on memory.
-    """
-    p = problem
-    S, m = p.num_stages, p.microbatches
-    kinds = [OpKind(k) for k in prefer if OpKind(k) in p.kinds]
-    nxt = {(k, s): 0 for k in p.kinds for s in range(S)}
-    end: dict[Op, float] = {}
-    orders: list[list[Op]] = [[] for _ in range(p.devices)]
-    free_at = [0.0] * p.devices
-    level = [0.0] * p.devices
-    releases: list[tuple[float, int, float]] = []  # (time, device, amount) not yet applied
-    reserve = [sum(p.activation[s] for s in stages) for stages in p.stages_of_device]
-    first = [min(stages) for stages in p.stages_of_device]
-    cap = [c if c is not None else float("inf") for c in p.capacity]
-    total = S * m * len(p.kinds)
-    t, done = 0.0, 0
-    table = dependency_table(p, p.kinds)
-
-    def ready(op: Op) -> float | None:
-        times = [0.0]
-        for dep in table[(op.kind, op.stage)]:
-            if dep.optional:
-                continue  # no transfers in these plans
-            done_at = end.get(dep.op(op.microbatch))
-            if done_at is None:
-                return None
-            times.append(done_at + dep.lag)
-        return max(times)
-
-    while done < total:
-        for rel in [r for r in releases if r[0] <= t + 1e-12]:
-            level[rel[1]] += -rel[2]
-            releases.remove(rel)
-        progressed = False
-        for d in range(p.devices):
-            if free_at[d] > t + 1e-12:
-                continue
-            chosen = None
-            for k in kinds:
-                for s in (reversed(p.stages_of_device[d]) if late_first else p.stages_of_device[d]):
-                    j = nxt[(k, s)]
-                    if j >= m:
-                        continue
-                    op = Op(k, s, j)
-                    r = ready(op)
-                    if r is None or r > t + 1e-12:
-                        continue
-                    if k is OpKind.F and s == first[d] and level[d] + reserve[d] > cap[d] + 1e-12:
-                        continue
-                    chosen = op
-                    break
-                if chosen is not None:
-                    break
-            if chosen is None:
-                continue
-            k, s, j = chosen
-            dur = p.duration(k, s)
-            end[chosen] = t + dur
-            free_at[d] = t + dur
-            nxt[(k, s)] += 1
-            orders[d].append(chosen)
-            done += 1
-            progressed = True
-            if k is OpKind.F and s == first[d]:
-                level[d] += reserve[d]
-            elif k is not OpKind.F:
-                released = p.released_by(k, s)
-                if released:
-                    releases.append((t + dur, d, released))
-        if progressed:
-            continue
-        # a running op ends at its device's free_at, so that list holds every pending end
-        future = [x for x in free_at if x > t + 1e-12] + [r[0] for r in releases if r[0] > t + 1e-12]
-        waiting = []
-        for k in p.kinds:
-            for s in range(S):
-                j = nxt[(k, s)]
-                if j < m:
-                    r = ready(Op(k, s, j))
-                    if r is not None and r > t + 1e-12:
-                        waiting.append(r)
-        future += waiting
-        if not future:
-            raise DeadlockError("greedy warm start is stuck")
-        t = min(future)
-    return orders
 
 
 def fifo_relabel(schedule: Schedule) -> Schedule:

@@ -18,14 +18,18 @@ from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
 from ppsolve.solvers.budget import Limit
 from ppsolve.solvers.cpsat import constraints, objective
-from ppsolve.solvers.cpsat.variables import Variables, build_variables
+from ppsolve.solvers.cpsat.variables import SNAP, EmptyWindow, Variables, build_variables, build_window_variables
 from ppsolve.solvers.scaling import peak_ranges
 
 NAME = "cpsat"
 # Deterministic mode: CP-SAT's deterministic time per second of the budget's deterministic work. One
-# unit took 3 to 8 CPU seconds with one worker on the bench machine, and wall time runs up to about
-# twice CPU time there (a shared 2-core machine), hence the low rate (see docs/solver.md).
+# unit took 3 to 8 CPU seconds with one worker on the bench machine (whole models, and window models of
+# 130-160 ops), and wall time runs up to about twice CPU time there (a shared 2-core machine), hence the
+# low rate (see docs/solver.md).
 DETERMINISTIC_PER_SECOND = 0.06
+WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
+# a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
+WINDOW_PARAMETERS = {"linearization_level": 2}
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
            cp_model.INFEASIBLE: Status.INFEASIBLE}
@@ -52,6 +56,8 @@ class _Model:
 
 
 def _build(task: PhaseTask) -> _Model:
+    if task.window is not None:
+        return _build_window(task)
     problem, scaling, options, budget = task.problem, task.scaling, task.options, task.budget
     model = cp_model.CpModel()
     use_offload = options.offload and problem.can_offload
@@ -91,7 +97,69 @@ def _build(task: PhaseTask) -> _Model:
     return m
 
 
+def _build_window(task: PhaseTask) -> _Model:
+    """The model of a window (``ppsolve.solvers.window``): the same constraint families on its free
+    ops, the fixed ops it refers to as constants; minimise the longest path through it."""
+    window, sc = task.window, task.scaling
+    model = cp_model.CpModel()
+    v = build_window_variables(model, task.problem, sc, window, task.budget.check)
+    constraints.precedences(v)
+    constraints.device_no_overlap(v)
+    constraints.transfers(v)
+    constraints.memory(v, sc.capacity)
+    objective.minimise_window(v, {op: sc.time(t, up=True, tolerance=SNAP) for op, t in window.tails.items()})
+    m = _Model(model, v)
+    _hint_window(m, window)
+    return m
+
+
 # ----- hints and solutions -----
+
+def _hint_window(m: _Model, window) -> None:
+    """The incumbent's placement of the free ops (transfers of choosable keys: as they are, or absent)."""
+    v, sc = m.v, m.v.scaling
+    at = {op.op: op for op in window.free}
+    snap = lambda x: sc.time(x, up=True, tolerance=SNAP)  # noqa: E731
+    for op, start in v.start.items():
+        if not isinstance(start, int):
+            m.model.add_hint(start, snap(at[op].start))
+            m.model.add_hint(v.end[op], snap(at[op].start) + sc.duration[(op.kind, op.stage)])
+    for (s, j), t in v.transfers.items():
+        off, rel = at.get(Op(OpKind.OFFLOAD, s, j)), at.get(Op(OpKind.RELOAD, s, j))
+        if t.present is not None:
+            m.model.add_hint(t.chosen, int(off is not None))
+        for start, end, sop, kind in ((t.off_start, t.off_end, off, OpKind.OFFLOAD),
+                                      (t.rel_start, t.rel_end, rel, OpKind.RELOAD)):
+            if isinstance(start, int) or sop is None:
+                continue
+            x = snap(sop.start)
+            m.model.add_hint(start, x)
+            m.model.add_hint(end, x + (sc.duration[(kind, s)] if t.present is not None
+                                       else max(1, snap(sop.end - sop.start))))
+
+
+def _window_ops(m: _Model, window, values: dict[int, int]) -> list[ScheduledOp]:
+    """A window's solution: its free ops, and the transfers of its choosable keys that are chosen."""
+    v, sc, p = m.v, m.v.scaling, m.v.problem
+    ops = []
+    for sop in window.free:
+        if sop.kind.is_compute:
+            t = sc.to_time(values[v.start[sop.op].Index()])
+            ops.append(sop._replace(start=t, end=t + p.duration(sop.kind, sop.stage)))
+        elif (sop.stage, sop.microbatch) not in window.choosable:
+            t = v.transfers[(sop.stage, sop.microbatch)]
+            var = t.off_start if sop.kind is OpKind.OFFLOAD else t.rel_start
+            x = sc.to_time(values[var.Index()])
+            ops.append(sop._replace(start=x, end=x + p.duration(sop.kind, sop.stage, sop.amount)))
+    for s, j in sorted(window.choosable):
+        t = v.transfers[(s, j)]
+        if values[t.chosen.Index()]:
+            amount = p.max_offload(s)
+            for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
+                x = sc.to_time(values[start.Index()])
+                ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
+    return ops
+
 
 def _hint_from_schedule(m: _Model, schedule: Schedule) -> None:
     v, sc = m.v, m.v.scaling
@@ -138,12 +206,12 @@ def _all_vars(m: _Model) -> list:
 
 
 def _key_vars(m: _Model) -> list:
-    """What fixes a solution: compute starts and the transfers."""
+    """What fixes a solution: compute starts and the transfers (a window's fixed ints left out)."""
     v = m.v
     out = list(v.start.values())
     for t in v.transfers.values():
         out += [t.chosen, t.off_start, t.rel_start]
-    return out
+    return [x for x in out if not isinstance(x, (int, bool))]
 
 
 def _model_ops(m: _Model, values: dict[int, int]) -> list[ScheduledOp]:
@@ -181,10 +249,12 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
 
     def on_solution_callback(self) -> None:
         self.history.append({var.Index(): self.Value(var) for var in self.keys})
-        self.task.progress.update(self.primary(self.ObjectiveValue()), self.primary(self.BestObjectiveBound()))
+        if self.task.window is None:  # a window's objective is no makespan: its driver reports
+            self.task.progress.update(self.primary(self.ObjectiveValue()), self.primary(self.BestObjectiveBound()))
 
     def on_bound(self, bound: float) -> None:
-        self.task.progress.update(bound=self.primary(bound))
+        if self.task.window is None:
+            self.task.progress.update(bound=self.primary(bound))
 
 
 def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> None:
@@ -197,10 +267,16 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
         params.max_deterministic_time = DETERMINISTIC_PER_SECOND * limit.deterministic
     else:
         params.num_workers = task.options.threads or 0
+    if task.window is not None:
+        for key, value in WINDOW_PARAMETERS.items():
+            setattr(params, key, value)
 
 
 def run_phase(task: PhaseTask) -> PhaseAnswer:
-    m = _build(task)
+    try:
+        m = _build(task)
+    except EmptyWindow:  # a free op has no room between its bounds after rounding
+        return PhaseAnswer(Status.INFEASIBLE)
     solver = cp_model.CpSolver()
     _parameters(solver, task, task.limit)
     recorder = _Recorder(_key_vars(m), task, m.weight)
@@ -217,4 +293,9 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     proven = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
     by_clock = abandoned or (not proven and not interrupted and code is not None
                              and solver.deterministic_time < 0.99 * solver.parameters.max_deterministic_time)
-    return PhaseAnswer(status, [_model_ops(m, x) for x in values], bound, interrupted, abandoned, by_clock)
+    if task.window is not None:  # only the best: the driver composes and checks it
+        solutions = [_window_ops(m, task.window, values[-1])] if status.solved else []
+    else:
+        solutions = [_model_ops(m, x) for x in values]
+    work = solver.deterministic_time / DETERMINISTIC_PER_SECOND if code is not None else 0.0  # no response: none
+    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, by_clock, work)

@@ -28,16 +28,17 @@ def precedences(v: Variables) -> None:
     """
     p, m = v.problem, v.model
     table = dependency_table(p)
-    ops = [(op, None) for op in v.start] + [(op, t.chosen) for op, t in _transfer_ops(v)]
+    ops = [(op, None) for op in v.start] + [(op, t.present) for op, t in _transfer_ops(v)]
     for op, present in ops:
         j = op.microbatch
+        start = _start(v, op)
         for dep in table[(op.kind, op.stage)]:
             earlier = dep.op(j)
             end, earlier_present = _end(v, earlier)
-            if end is None:
-                continue  # an optional dependency on a transfer the model does not have
+            if end is None or (isinstance(start, int) and isinstance(end, int)):
+                continue  # a transfer the model does not have, or two fixed ops of a window
             lag = v.scaling.time(dep.lag)
-            constraint = m.add(_start(v, op) >= end + lag)
+            constraint = m.add(start >= end + lag)
             conditions = [x for x in (present, earlier_present) if x is not None]
             if conditions:
                 constraint.only_enforce_if(conditions[0] if len(conditions) == 1 else conditions)
@@ -57,13 +58,13 @@ def _start(v: Variables, op: Op):
 
 
 def _end(v: Variables, op: Op):
-    """(end variable, presence literal or None); (None, None) for a transfer the model lacks."""
+    """(end variable, presence literal or None); (None, None) for an op the model lacks."""
     if op.kind.is_compute:
-        return v.end[op], None
+        return v.end.get(op), None
     t = v.transfers.get((op.stage, op.microbatch))
     if t is None:
         return None, None
-    return (t.off_end if op.kind is _OFF else t.rel_end), t.chosen
+    return (t.off_end if op.kind is _OFF else t.rel_end), t.present
 
 
 def device_no_overlap(v: Variables) -> None:
@@ -85,8 +86,9 @@ def transfers(v: Variables) -> None:
     lanes = defaultdict(list)
     for (s, j), t in v.transfers.items():
         device = p.placement[s]
-        lanes[p.lane(device, OpKind.OFFLOAD)].append(t.off)
-        lanes[p.lane(device, OpKind.RELOAD)].append(t.rel)
+        for kind, interval in ((OpKind.OFFLOAD, t.off), (OpKind.RELOAD, t.rel)):
+            if interval is not None:  # None: fixed in a window, outside the free ops' reach
+                lanes[p.lane(device, kind)].append(interval)
     for intervals in lanes.values():
         if len(intervals) > 1:
             v.model.add_no_overlap(intervals)
@@ -102,6 +104,8 @@ def memory(v: Variables, capacity: Sequence) -> None:
       x[s,j]       [S(F), E(OFF)) demand a,  [S(REL), E(B)) demand a_r,  [S(REL), E(W)) demand a_h
     Cumulative intervals are half-open: one ending at t and one starting at t
     never overlap, which is exactly "releases count before allocations".
+    Over ``v.keys`` (every (stage, microbatch), or a window's); a transfer that is surely there
+    (a window's) has no presence literal.
     """
     p, sc = v.problem, v.scaling
     intervals = defaultdict(list)
@@ -112,31 +116,32 @@ def memory(v: Variables, capacity: Sequence) -> None:
             intervals[device].append(v.span(start, end, name, present))
             demands[device].append(demand)
 
-    for s in range(p.num_stages):
+    for s, j in v.keys:
         device = p.placement[s]
         if capacity[device] is None:
             continue
         hold = sc.weight_hold[s] if p.split_backward else 0
         r = sc.activation[s] - hold
-        for j in range(p.microbatches):
-            f, b = v.start[Op(_F, s, j)], v.end[Op(_B, s, j)]
-            w = v.end[Op(_W, s, j)] if p.split_backward else None
-            t = v.transfers.get((s, j))
-            a = t.amount if t is not None else 0
-            a_r = min(a, r)
-            a_h = a - a_r
-            add(device, f, b, r - a_r, f"mb_{s}_{j}")
-            if w is not None:
-                add(device, f, w, hold - a_h, f"mw_{s}_{j}")
-            if t is not None:
-                keep = t.chosen.Not()
+        f, b = v.start[Op(_F, s, j)], v.end[Op(_B, s, j)]
+        w = v.end[Op(_W, s, j)] if p.split_backward else None
+        t = v.transfers.get((s, j))
+        a = t.amount if t is not None else 0
+        a_r = min(a, r)
+        a_h = a - a_r
+        add(device, f, b, r - a_r, f"mb_{s}_{j}")
+        if w is not None:
+            add(device, f, w, hold - a_h, f"mw_{s}_{j}")
+        if t is not None:
+            chosen = t.present
+            if chosen is not None:
+                keep = chosen.Not()
                 add(device, f, b, a_r, f"nb_{s}_{j}", keep)
                 if w is not None:
                     add(device, f, w, a_h, f"nw_{s}_{j}", keep)
-                add(device, f, t.off_end, a, f"of_{s}_{j}", t.chosen)
-                add(device, t.rel_start, b, a_r, f"rb_{s}_{j}", t.chosen)
-                if w is not None:
-                    add(device, t.rel_start, w, a_h, f"rw_{s}_{j}", t.chosen)
+            add(device, f, t.off_end, a, f"of_{s}_{j}", chosen)
+            add(device, t.rel_start, b, a_r, f"rb_{s}_{j}", chosen)
+            if w is not None:
+                add(device, t.rel_start, w, a_h, f"rw_{s}_{j}", chosen)
     for device, items in intervals.items():
         v.model.add_cumulative(items, demands[device], capacity[device])
 

@@ -1,9 +1,11 @@
-"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory."""
+"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory; or a
+window's longest path (large-neighbourhood search)."""
 
 from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
 
 
@@ -37,3 +39,22 @@ def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int],
     weight = sum(uppers) + 1
     m.minimize(weight * worst + cp_model.LinearExpr.sum(peaks))
     return worst
+
+
+def minimise_window(v: Variables, tails: dict) -> None:
+    """A window (``ppsolve.solvers.window``): min n * C + sum of E(o) over its n free compute ops,
+    with C >= E(o) + tail(o) for every free op o (an added transfer's only when it is chosen):
+    the longest path through the window first, then every op as early as it can be."""
+    ends = []
+    for op, end in v.end.items():
+        if op in tails and not isinstance(end, int):
+            v.model.add(v.makespan >= end + tails[op])
+            ends.append(end)
+    for (s, j), t in v.transfers.items():
+        for kind, end in ((OpKind.OFFLOAD, t.off_end), (OpKind.RELOAD, t.rel_end)):
+            op = Op(kind, s, j)
+            if op in tails and not isinstance(end, int):
+                constraint = v.model.add(v.makespan >= end + tails[op])
+                if t.present is not None:
+                    constraint.only_enforce_if(t.present)
+    v.model.minimize(len(ends) * v.makespan + cp_model.LinearExpr.sum(ends))

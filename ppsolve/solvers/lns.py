@@ -1,0 +1,174 @@
+"""Large-neighbourhood search: improve a valid schedule one window at a time, for problems whose
+whole model does not fit the time limit.
+
+Each round picks windows of the incumbent (:mod:`ppsolve.solvers.window`): a time range around
+an op on a longest path, over every device or a block of devices around it. The backend places
+the window's free ops again with the same model as a whole solve, built on those ops with every
+other op fixed (``PhaseTask.window``). When that shortens the longest path through the window,
+the schedule is composed, re-timed as the runtime would (:func:`ppsolve.simulator.retime`, which
+moves ops earlier, never later) and kept if the checker passes it and it is shorter, or as long
+with its ops ending earlier in sum (so that a later window can shorten it). Every incumbent is
+a valid schedule.
+
+A window is sized to hold about ``size`` free ops: the size grows while windows are solved to
+optimality within their limit and shrinks when they are not. Re-timing and checking the whole
+schedule cost more than a window on large problems, so a round solves several windows that do
+not touch each other and applies them together.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from ppsolve.checker import check
+from ppsolve.errors import PpsolveError
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, make_schedule
+from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions, Status
+from ppsolve.solvers.budget import Budget, Limit
+from ppsolve.solvers.progress import Progress
+from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.window import Incumbent, compose, make_window
+
+START_SIZE = 120  # free ops in the first window
+MIN_SIZE, MAX_SIZE = 60, 2000
+WINDOW_SECONDS = 1.0  # the most one window's search may take (wall clock, or deterministic work in seconds)
+# Deterministic mode counts work without the clock: each window's search as the backend reports it
+# (PhaseAnswer.work), plus WINDOW_OVERHEAD per window (building its model) and ROUND_SECONDS_PER_OP
+# per op of the schedule and round (re-timing and checking it; measured: docs/solver.md).
+WINDOW_OVERHEAD = 0.05
+ROUND_SECONDS_PER_OP = 5e-5
+OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
+MAX_BATCH = 12  # ... up to this many
+ORDERS = True  # without transfers, ops after a window keep their order rather than their times
+ALL_DEVICES = 16  # up to this many devices a window spans all of them; beyond, half its windows take a block
+BLOCK = 8  # devices in a block window
+
+
+@dataclass
+class LnsResult:
+    """The best schedule found (the start when nothing was better) and what the search did."""
+
+    best: Schedule
+    windows: int = 0
+    improved: int = 0
+    optimal: int = 0  # windows solved to optimality
+    infeasible: int = 0  # windows without a solution (after rounding the fixed ops' times)
+    interrupted: bool = False
+    sizes: list[int] = field(default_factory=list)
+
+
+def _flow(schedule: Schedule) -> float:
+    return sum(op.end for op in schedule.ops)
+
+
+def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
+    """Devices and time range of the next window: around a random op on a longest path."""
+    p = inc.problem
+    centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
+    if p.devices <= ALL_DEVICES or rng.random() < 0.5:
+        devices = tuple(range(p.devices))
+    else:
+        first = min(max(0, centre.device - BLOCK // 2), p.devices - BLOCK)
+        devices = tuple(range(first, first + BLOCK))
+    transfers = sum(len(ops) for ops in inc.lanes.values()) * len(devices) / p.devices
+    count = sum(len(inc.compute[d]) for d in devices) + transfers  # ops of those devices, whole schedule
+    width = size / max(count, 1.0) * inc.makespan
+    t0 = max(0.0, centre.start - width * rng.uniform(0.2, 0.8))
+    return devices, t0, min(inc.makespan, t0 + width)
+
+
+def batch_size(ops: int) -> int:
+    """Windows per round: one re-timing and one check of the whole schedule per round, so on large
+    problems a round solves several independent windows."""
+    return max(1, min(MAX_BATCH, ops // OPS_PER_WINDOW))
+
+
+def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
+            backend: ModuleType, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
+    """Rounds of windows until ``limit`` (the wall clock; in deterministic mode also the work done,
+    in seconds: the windows' searches, ``WINDOW_OVERHEAD`` per window and ``ROUND_SECONDS_PER_OP``
+    per op and round), the incumbent reaches ``lower_bound``, or Ctrl-C.
+
+    A round picks up to :func:`batch_size` pairwise independent windows, solves each, applies
+    every placement that shortens its window's longest path (or, as long, ends its ops earlier),
+    re-times and checks the result once, and keeps it when it is better than the incumbent.
+    """
+    rng = random.Random(options.seed)
+    result = LnsResult(start)
+    inc = Incumbent(start)
+    size = START_SIZE
+    spent = 0.0  # work done, deterministic mode
+    deterministic = limit.deterministic is not None
+    batch = batch_size(len(start.ops))
+    orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
+
+    def out_of_time() -> bool:
+        return limit.until - time.monotonic() <= 0.05 or (deterministic and spent >= limit.deterministic)
+
+    while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
+        windows = []
+        for _ in range(3 * batch):
+            if len(windows) == batch:
+                break
+            window = make_window(inc, *_pick(inc, rng, size), offload, orders)
+            if window is not None and all(window.independent(w) for w in windows):
+                windows.append(window)
+        placements = []
+        for window in windows:
+            if out_of_time():
+                break
+            now = time.monotonic()
+            det = max(0.05, min(WINDOW_SECONDS, limit.deterministic - spent)) if deterministic else None
+            task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
+                             Limit(min(limit.until, now + WINDOW_SECONDS), det), progress, window=window)
+            try:
+                answer = backend.run_phase(task)
+            except KeyboardInterrupt:
+                result.interrupted = True
+                break
+            spent += answer.work + WINDOW_OVERHEAD
+            result.windows += 1
+            result.sizes.append(window.size)
+            progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
+            result.interrupted = answer.interrupted
+            if answer.status is Status.OPTIMAL:
+                result.optimal += 1
+                size = min(MAX_SIZE, int(size * 1.2))
+            elif answer.status is Status.INFEASIBLE:
+                result.infeasible += 1
+            else:
+                size = max(MIN_SIZE, int(size * 0.8))
+            if result.interrupted or not answer.status.solved:
+                continue
+            placed = answer.solutions[-1]
+            path, flow = window.measure(placed)
+            if path < window.current - 1e-9 or (path <= window.current + 1e-9 and flow < window.flow - 1e-9):
+                placements.append((window, placed))
+        if not placements:
+            continue
+        spent += ROUND_SECONDS_PER_OP * len(inc.schedule.ops)
+        better = _accept(problem, inc, placements)
+        if better is not None:
+            inc = Incumbent(better)
+            result.best = better
+            result.improved += 1
+            progress.update(incumbent=scaling.time(better.makespan, tolerance=1e-3))
+            progress.detail(f"({result.windows} windows of ~{size} ops, {result.improved} better)")
+    return result
+
+
+def _accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
+    """The composed, re-timed schedule when it passes the checker and is better than the incumbent."""
+    try:
+        candidate = make_schedule(problem, compose(inc, placements), inc.schedule.method.name)
+    except PpsolveError:
+        return None
+    old = inc.schedule
+    shorter = candidate.makespan < old.makespan - 1e-9
+    if not shorter and (candidate.makespan > old.makespan + 1e-9 or _flow(candidate) >= _flow(old) - 1e-9):
+        return None
+    return candidate if check(candidate).ok else None

@@ -1,0 +1,301 @@
+"""Neighbourhoods of a timed schedule for the large-neighbourhood search (``ppsolve.solvers.lns``).
+
+A :class:`Window` is a set of devices (whole host links, so that no lane of theirs carries an op
+of another device) and a time range [t0, t1) of an incumbent, a valid schedule. Its *free* ops
+are the ops of those devices that start in the range; every other op keeps its time. A model of
+the window (``PhaseTask.window``) places the free ops again:
+
+* each free op starts after the ops of its device (compute) or its lane (transfer) that start
+  before t0 and ends before those that start at or after t1 (``low``, ``high``);
+* a dependency on or of a fixed op is a constant bound (``fixed`` holds those ops, timed);
+* memory: on each device of the window, every (stage, microbatch) whose activation is held at
+  some time the free ops may take (``keys``), its fixed ops at their times;
+* offload: a (stage, microbatch) whose F and B are both free may gain or lose its transfers
+  (``choosable``).
+
+Whatever the model returns keeps every fixed op where it was, so the schedule it composes
+(:func:`compose`) is valid when the model is; the runtime's re-timing then moves later ops
+earlier (never later). Without transfers the ops after the window may keep their order
+instead of their times (``orders``), which leaves the model more room.
+
+The model minimises the longest path through the window (then the sum of the free ops' ends):
+a free op's end plus its tail, the longest chain of fixed ops after it in the incumbent
+(dependencies, device order and lane order, as re-timing follows them), an estimate of the
+makespan after re-timing.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, replace
+
+from ppsolve.dependencies import dependency_table, dependents_table, depth
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.simulator import retime, simulate
+
+_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_ALL_KINDS = (_F, _B, _W, _OFF, _REL)
+Key = tuple[int, int]  # (stage, microbatch)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a model of one neighbourhood needs (times in the user's units)."""
+
+    devices: tuple[int, ...]
+    t0: float
+    t1: float
+    free: tuple[ScheduledOp, ...]  # the free ops as the incumbent has them (the model's hint)
+    fixed: dict[Op, ScheduledOp]  # the fixed ops the model refers to, at their times
+    low: dict[Op, float]  # earliest start of each free op and of each transfer the model may add
+    high: dict[Op, float]  # latest end of the same
+    tails: dict[Op, float]  # longest path of fixed ops after each of those ends
+    keys: tuple[Key, ...]  # (stage, microbatch) whose memory the model tracks
+    choosable: frozenset[Key]  # offload may be added or dropped
+    current: float  # the longest path through the window (end + tail, the largest) as the incumbent has it
+    flow: float  # the sum of the ends of its free compute ops, as the incumbent has them
+    horizon: float  # the latest time in the model: the incumbent's makespan (twice it with ``orders``)
+    moves: frozenset[Op]  # the ops the model may place (free ops, transfers it may add)
+    reads: frozenset[Op]  # those and every fixed op whose time the model reads
+    orders: bool  # the ops after the window keep their order, not their times (see make_window)
+
+    @property
+    def size(self) -> int:
+        return len(self.free)
+
+    def independent(self, other: "Window") -> bool:
+        """Whether the two models can be solved on one incumbent and both placements applied:
+        neither moves an op the other reads."""
+        return self.moves.isdisjoint(other.reads) and other.moves.isdisjoint(self.reads)
+
+    def measure(self, placed) -> tuple[float, float]:
+        """(longest path through the window, sum of the ends of its compute ops) of a placement."""
+        path = max((op.end + self.tails.get(op.op, 0.0) for op in placed), default=0.0)
+        return path, sum(op.end for op in placed if op.kind.is_compute)
+
+
+class Incumbent:
+    """A valid schedule indexed for windows: each device's compute ops and each lane's transfers in
+    start order, every op's tail, and each device's activations as spans in F-start order."""
+
+    def __init__(self, schedule: Schedule):
+        p = schedule.problem
+        self.schedule = schedule
+        self.problem = p
+        self.makespan = schedule.makespan
+        self.by_op: dict[Op, ScheduledOp] = {op.op: op for op in schedule.ops}
+        self.compute: list[list[ScheduledOp]] = [[] for _ in range(p.devices)]
+        self.lanes: dict[int, list[ScheduledOp]] = {}
+        for op in sorted(schedule.ops, key=lambda o: (o.start, o.end, depth(p, o.kind, o.stage))):
+            if op.kind.is_compute:
+                self.compute[op.device].append(op)
+            else:
+                self.lanes.setdefault(p.lane(op.device, op.kind), []).append(op)
+        self.compute_starts = [[op.start for op in ops] for ops in self.compute]
+        self.lane_starts = {lane: [op.start for op in ops] for lane, ops in self.lanes.items()}
+        self.after = dependents_table(p, _ALL_KINDS)
+        self.before = dependency_table(p, _ALL_KINDS)
+        self.tail = self._tails()
+        self.critical_ops = [op for ops in self.compute for op in ops
+                             if op.start + self.tail[op.op] >= self.makespan - 1e-9 * max(1.0, self.makespan)]
+        spans: list[list[tuple[float, float, Key]]] = [[] for _ in range(p.devices)]
+        last = _W if p.split_backward else _B  # the op that releases the last of an activation
+        for op in schedule.ops:
+            if op.kind is _F:
+                end = self.by_op[Op(last, op.stage, op.microbatch)].end
+                spans[op.device].append((op.start, end, (op.stage, op.microbatch)))
+        for device_spans in spans:
+            device_spans.sort()
+        self.spans = spans
+        self.span_starts = [[x[0] for x in s] for s in spans]
+
+    def _tails(self) -> dict[Op, float]:
+        """For every op, the longest path from its start to the end of the schedule through its
+        successors (dependencies with their lags, the next op of its device or lane)."""
+        nxt: dict[Op, Op] = {}
+        for ops in list(self.compute) + list(self.lanes.values()):
+            for a, b in zip(ops, ops[1:]):
+                nxt[a.op] = b.op
+        tail: dict[Op, float] = {}
+        after, p = self.after, self.problem
+        for op in sorted(self.schedule.ops, key=lambda o: (o.start, o.end, depth(p, o.kind, o.stage)), reverse=True):
+            key = op.op
+            best = 0.0
+            for kind, stage, lag in after.get((op.kind, op.stage), ()):
+                succ = Op(kind, stage, op.microbatch)
+                if succ in tail:
+                    best = max(best, lag + tail[succ])
+            follow = nxt.get(key)
+            if follow is not None:
+                best = max(best, tail[follow])
+            tail[key] = (op.end - op.start) + best
+        return tail
+
+
+def link_closed(problem: Problem, devices) -> tuple[int, ...]:
+    """``devices`` with every device that shares a host link with one of them."""
+    out = set(devices)
+    if problem.offload is not None:
+        for link in problem.offload.links:
+            if out & set(link):
+                out |= set(link)
+    return tuple(sorted(out))
+
+
+def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, orders: bool = False) -> Window | None:
+    """The window of ``devices`` (closed under host links) and [t0, t1), or None when it frees nothing.
+
+    ``orders`` (only for schedules without transfers): the ops after the window keep their order
+    on each device, not their times; the model places its free ops with no deadline from them
+    (they are taken to start at ``2 * makespan``) and :func:`compose` re-times the whole
+    schedule from the device orders. Memory is then a matter of each device's order alone (every
+    allocation and release is at a compute op of that device), so what the model keeps within
+    the capacity stays within it.
+    """
+    p = inc.problem
+    devices = link_closed(p, devices)
+    H = inc.makespan
+    late = 2 * H if orders else H  # where ops after the window are, for the model
+    free: list[ScheduledOp] = []
+    low: dict[Op, float] = {}
+    high: dict[Op, float] = {}
+    next_fixed: dict[Op, Op] = {}  # free op -> first fixed op after the window on its device or lane
+    lane_bounds: dict[int, tuple[float, float, Op | None]] = {}
+
+    edges: set[Op] = set()  # the fixed ops just before and after the window on its devices and lanes
+
+    def take(ops, starts):
+        i0, i1 = bisect_left(starts, t0), bisect_left(starts, t1)
+        before = ops[i0 - 1].end if i0 > 0 else 0.0
+        after = ops[i1] if i1 < len(ops) else None
+        if i0 > 0:
+            edges.add(ops[i0 - 1].op)
+        if after is not None:
+            edges.add(after.op)
+        due = after.start if after is not None and not orders else H
+        return ops[i0:i1], before, due, (after.op if after is not None else None)
+
+    for d in devices:
+        chosen, lo, hi, nxt = take(inc.compute[d], inc.compute_starts[d])
+        for op in chosen:
+            free.append(op)
+            low[op.op], high[op.op] = lo, hi
+            if nxt is not None:
+                next_fixed[op.op] = nxt
+    lanes = sorted({p.lane(d, k) for d in devices for k in (_OFF, _REL)}) if p.offload is not None else []
+    for lane in lanes:
+        if lane in inc.lanes:
+            chosen, lo, hi, nxt = take(inc.lanes[lane], inc.lane_starts[lane])
+        else:
+            chosen, lo, hi, nxt = [], 0.0, H, None
+        lane_bounds[lane] = (lo, hi, nxt)
+        for op in chosen:
+            free.append(op)
+            low[op.op], high[op.op] = lo, hi
+            if nxt is not None:
+                next_fixed[op.op] = nxt
+    if not free:
+        return None
+    free_ops = {op.op for op in free}
+    by_op = inc.by_op
+
+    choosable: set[Key] = set()
+    if offload and p.can_offload:
+        for op in free:
+            if op.kind is not _F or p.max_offload(op.stage) <= 0 or Op(_B, op.stage, op.microbatch) not in free_ops:
+                continue
+            s, j = op.stage, op.microbatch
+            off, rel = by_op.get(Op(_OFF, s, j)), by_op.get(Op(_REL, s, j))
+            if off is None or (off.op in free_ops and rel.op in free_ops
+                               and abs(off.amount - p.max_offload(s)) <= 1e-9 * max(1.0, off.amount)):
+                choosable.add((s, j))
+                for kind in (_OFF, _REL):
+                    lo, hi, nxt = lane_bounds[p.lane(op.device, kind)]
+                    low[Op(kind, s, j)], high[Op(kind, s, j)] = lo, hi
+                    if nxt is not None:
+                        next_fixed[Op(kind, s, j)] = nxt
+
+    fixed: dict[Op, ScheduledOp] = {}
+    movable = set(low)  # free ops and the transfers the model may add
+
+    def need(op: Op) -> None:
+        for one in ((Op(_OFF, op.stage, op.microbatch), Op(_REL, op.stage, op.microbatch)) if op.kind.is_transfer
+                    else (op,)):  # a transfer comes with its partner: the model holds the pair
+            if one not in movable and one in by_op:
+                sop = by_op[one]
+                fixed[one] = sop._replace(start=late, end=late) if orders and sop.start >= t1 else sop
+
+    for op in movable:
+        for dep in inc.before[(op.kind, op.stage)]:
+            need(dep.op(op.microbatch))
+        for kind, stage, _ in inc.after.get((op.kind, op.stage), ()):
+            need(Op(kind, stage, op.microbatch))
+
+    keys: set[Key] = {(op.stage, op.microbatch) for op in movable}
+    for d in devices:
+        if p.capacity[d] is None:
+            continue
+        mine = [op for op in movable if p.placement[op.stage] == d]
+        if not mine:
+            continue
+        lo, hi = min(low[op] for op in mine), (t1 if orders else max(high[op] for op in mine))
+        spans = inc.spans[d]
+        for start, end, key in spans[:bisect_left(inc.span_starts[d], hi)]:
+            if end > lo:
+                keys.add(key)
+    memory_keys = sorted(k for k in keys if p.capacity[p.placement[k[0]]] is not None)
+    for s, j in memory_keys:
+        for kind in p.kinds + ((_OFF, _REL) if p.offload is not None else ()):
+            need(Op(kind, s, j))
+
+    tails: dict[Op, float] = {}
+    for op in movable:
+        best = 0.0
+        for kind, stage, lag in inc.after.get((op.kind, op.stage), ()):
+            succ = Op(kind, stage, op.microbatch)
+            if succ not in movable and succ in by_op:
+                best = max(best, lag + inc.tail[succ])
+        if op in next_fixed:
+            best = max(best, inc.tail[next_fixed[op]])
+        tails[op] = best
+    window = Window(tuple(devices), t0, t1, tuple(free), fixed, low, high, tails, tuple(memory_keys),
+                    frozenset(choosable), 0.0, 0.0, late, frozenset(movable), frozenset(movable | set(fixed) | edges),
+                    orders)
+    current, flow = window.measure(free)
+    return replace(window, current=current, flow=flow)
+
+
+def compose(inc: Incumbent, placements: list[tuple[Window, list[ScheduledOp]]]) -> list[ScheduledOp]:
+    """The incumbent with each window's free ops (and the transfers of its choosable keys) replaced
+    by its placement, timed as the runtime would run it; the windows must be pairwise independent
+    (:meth:`Window.independent`). Fixed times: the composed schedule re-timed (``retime``, never
+    later); fixed orders: each device's order with the window's ops in their new order, simulated."""
+    if not placements[0][0].orders:
+        out_ops: set[Op] = set()
+        placed_ops: list[ScheduledOp] = []
+        for window, placed in placements:
+            out_ops |= window.moves
+            placed_ops += placed
+        return retime(inc.problem, [op for op in inc.schedule.ops if op.op not in out_ops] + placed_ops)
+    segment: dict[Op, int] = {}
+    new: dict[tuple[int, int], list[ScheduledOp]] = {}
+    for k, (window, placed) in enumerate(placements):
+        for op in window.free:
+            segment[op.op] = k
+        for op in placed:
+            new.setdefault((k, op.device), []).append(op)
+    orders = []
+    for d, ops in enumerate(inc.compute):
+        order: list[Op] = []
+        emitted = set()
+        for op in ops:
+            k = segment.get(op.op)
+            if k is None:
+                order.append(op.op)
+            elif k not in emitted:
+                emitted.add(k)
+                order += [o.op for o in sorted(new.get((k, d), []), key=lambda o: o.start)]
+        orders.append(order)
+    return simulate(inc.problem, orders)

@@ -1,0 +1,107 @@
+"""Large-neighbourhood search: windows of a valid schedule, and the search built on them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsolve.checker import check
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers import SolveOptions, lns, phases, solve
+from ppsolve.solvers.api import Phase, PhaseTask, Status
+from ppsolve.solvers.budget import Budget
+from ppsolve.solvers.cpsat import backend
+from ppsolve.solvers.progress import Progress
+from ppsolve.solvers.scaling import build_scaling
+from ppsolve.solvers.warm_start import serial_orders
+from ppsolve.solvers.window import Incumbent, compose, make_window
+from tests.helpers import make_problem
+
+OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}
+
+
+def _problem(offload=None, capacity=2.25):
+    """4 devices x 12 microbatches, uneven stages, p2p, room for two activations per device."""
+    extra = {"offload": offload} if offload else {}
+    return make_problem(devices=4, microbatches=12, time_forward=[2, 3, 3, 4], time_backward_input=[3, 4, 4, 5],
+                        time_backward_weight=[2, 2, 2, 3], time_p2p=0.5, memory_activation=1,
+                        memory_weight_hold=0.25, memory_capacity=capacity, **extra)
+
+
+def _serial(problem, offload=False):
+    return make_schedule(problem, simulate(problem, serial_orders(problem, offload)), "serial")
+
+
+def _improve(problem, start, seconds=0.8):
+    options = SolveOptions(time_limit=seconds, threads=1)
+    budget = Budget(seconds, deterministic=True)
+    return lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend, start,
+                       budget.search(1.0), problem.can_offload, 0.0)
+
+
+@pytest.fixture
+def checked_incumbents(monkeypatch):
+    """Every schedule the search takes as its incumbent, each checked when it is taken."""
+    seen = []
+
+    class Checked(Incumbent):
+        def __init__(self, schedule):
+            assert check(schedule).ok
+            seen.append(schedule)
+            super().__init__(schedule)
+
+    monkeypatch.setattr(lns, "Incumbent", Checked)
+    return seen
+
+
+@pytest.mark.parametrize("offload, capacity", [(None, 2.25), (OFFLOAD, 2.25), (OFFLOAD, None)],
+                         ids=["no-offload", "shared-links", "offload-without-cap"])
+def test_every_incumbent_is_valid_and_none_is_longer(offload, capacity, checked_incumbents):
+    problem = _problem(offload, capacity)
+    start = _serial(problem, offload=offload is not None)
+    result = _improve(problem, start)
+    assert check(result.best).ok
+    assert result.improved > 0 and result.best.makespan < start.makespan  # serial leaves much to gain
+    makespans = [s.makespan for s in checked_incumbents]
+    assert makespans == sorted(makespans, reverse=True) and len(makespans) == result.improved + 1
+
+
+@pytest.mark.parametrize("capacity", [2.25, None], ids=["capped", "uncapped"])
+def test_a_window_admits_its_own_placement(capacity):
+    """Every window of a valid schedule has a solution at least as good as the incumbent's placement,
+    and that solution composes into a valid schedule."""
+    problem = _problem(OFFLOAD, capacity)
+    start = _serial(problem, offload=True)
+    inc = Incumbent(start)
+    budget = Budget(30, deterministic=True)
+    options = SolveOptions(time_limit=30, threads=1)
+    scaling = build_scaling(problem)
+    for t0 in (0.0, inc.makespan / 3, 2 * inc.makespan / 3):
+        window = make_window(inc, range(problem.devices), t0, t0 + inc.makespan / 4, offload=True)
+        assert window is not None and window.choosable
+        task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget, budget.search(0.005),
+                         Progress(budget, "cpsat"), window=window)
+        answer = backend.run_phase(task)
+        assert answer.status.solved, answer.status
+        path, _ = window.measure(answer.solutions[-1])
+        assert path <= window.current + 1e-9
+        assert check(make_schedule(problem, compose(inc, [(window, answer.solutions[-1])]), "x")).ok
+
+
+def test_windows_that_share_nothing_are_independent():
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    early = make_window(inc, range(4), 0.0, 20.0, offload=False)
+    late = make_window(inc, range(4), inc.makespan - 20.0, inc.makespan, offload=False)
+    overlapping = make_window(inc, range(4), 10.0, 30.0, offload=False)
+    assert early.independent(late) and late.independent(early)
+    assert not early.independent(overlapping)
+
+
+def test_solve_switches_to_neighbourhoods_above_the_size_limit(monkeypatch):
+    monkeypatch.setattr(phases, "WHOLE_MODEL_OPS", 10)
+    problem = _problem()
+    result = solve(problem, SolveOptions(time_limit=1, threads=1))
+    assert check(result.schedule).ok
+    assert "neighbourhoods" in result.schedule.method.extra
+    assert result.status == "feasible" and Status.FEASIBLE.value == "feasible"
