@@ -231,8 +231,12 @@ def _infeasible(problem: Problem) -> InfeasibleError:
 
 
 def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
-    """Phase MAKESPAN: (best schedule, lower bound, proven)."""
+    """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
+    reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
     sc, lb = run.scaling, run.lb
+    if warm is not None and warm.makespan <= lb + 1e-9 * max(1.0, lb):
+        run.progress.message(f"the warm start reaches the lower bound {lb:g}: no makespan search needed")
+        return warm, lb, True
     upper = sc.time(warm.makespan) if warm is not None and _representable(warm, sc, run.use_offload) else None
     run.progress.phase("makespan", "makespan", run.user_time, incumbent=warm.makespan if warm else None)
     answer = run.phase(Phase.MAKESPAN, run.budget.search(share, keep), warm, horizon=upper)

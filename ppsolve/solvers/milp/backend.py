@@ -32,10 +32,10 @@ NAME = "milp"
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
 # Deterministic mode: HiGHS has no work limit of its own; its interrupt checks (between nodes, and in
-# the root's cut loop) are counted instead. Its sub-MIP heuristics (RINS, RENS) run for seconds without
-# a check, so that mode turns them off; then 80 to 550 checks took a CPU second on the bench machine,
-# depending on the model, after a root that can take 2 CPU seconds before the first check, and wall
-# time runs up to about twice CPU time there (see docs/solver.md).
+# the root's cut loop) are counted instead. Its presolve and sub-MIP heuristics (RINS, RENS) run for
+# seconds without a check, so that mode turns them off; then 45 to 400 checks took a CPU second on the
+# bench machine, depending on the model, and wall time runs up to about twice CPU time there (see
+# docs/solver.md).
 HIGHS_CHECKS_PER_SECOND = 30
 EPS = 1e-6
 
@@ -185,6 +185,7 @@ def _highs_options(task: PhaseTask) -> dict:
         options["threads"] = threads
     if deterministic:  # work the interrupt checks do not see (see HIGHS_CHECKS_PER_SECOND)
         options["mip_heuristic_run_rins"] = options["mip_heuristic_run_rens"] = False
+        options["presolve"] = "off"  # its probing ran for 4 to 15 s on a 6 000-column model
     return options
 
 
