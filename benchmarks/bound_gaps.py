@@ -1,11 +1,12 @@
-"""Lower bounds with and without the forced-idle bound, and the solver's gap with each (issue 12).
+"""Lower bounds with and without the new parts, and the solver's gap with each (issue 12).
 
     PYTHONPATH=. python benchmarks/bound_gaps.py FILE... [--solve SECONDS] [--threads 1] [--po-case]
 
-For each problem: the bound without the forced-idle part (head + load + tail, memory cap, critical
-path: what the solver's cut was before), the forced-idle bound from the memory knapsacks alone,
-and with the host-link recurrences. With ``--solve`` each problem is solved twice in one run, with
-the old and the new bound as the solver's cut: makespan, bound and gap. ``--po-case`` adds issue
+For each problem the bound as it was (head + load + tail, round trips in flight, critical path:
+the solver's cut before), then with each new part added in turn: memory x time, the forced idle
+from the memory knapsacks, and the forced idle with the host-link recurrences (the full bound).
+With ``--solve`` each problem is solved twice in one run, with the old and the full bound as the
+solver's cut: makespan, bound and gap. ``--po-case`` adds issue
 12's PipeOffload-kind problem (4 devices, 8 microbatches, 2 chunks interleaved, half-duplex links
 shared by device pairs, round trip 1.5 x a stage's F + B, cap 5 chunk activations, F = B = W =
 1000, p2p 10).
@@ -14,6 +15,7 @@ shared by device pairs, round trip 1.5 x a stage's F + B, cap 5 chunk activation
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -35,14 +37,20 @@ def po_case() -> Problem:
         "offload": {"bandwidth": {"d2h": 1 / 1500, "h2d": 1 / 1500}, "links": [[0, 1], [2, 3]], "duplex": False}})
 
 
-def old_bound(problem: Problem) -> float:
-    with mock.patch.object(bounds, "idle_bound", lambda *a: 0.0):
-        return bounds.makespan_lower_bound(problem).value
+# the new parts, switched off from the last added to the first
+PARTS = [("_before_first_b", 0.0), ("_after_last_f", 0.0), ("idle_bound", 0.0), ("memory_time_bound", 0.0)]
 
 
-def knapsack_bound(problem: Problem) -> float:
-    with mock.patch.object(bounds, "_before_first_b", lambda *a: 0.0), \
-            mock.patch.object(bounds, "_after_last_f", lambda *a: 0.0):
+def without(count: int) -> contextlib.ExitStack:
+    """A context with the last ``count`` of the new parts switched off."""
+    stack = contextlib.ExitStack()
+    for name, value in PARTS[:count]:
+        stack.enter_context(mock.patch.object(bounds, name, lambda *a, v=value: v))
+    return stack
+
+
+def bound_without(problem: Problem, count: int) -> float:
+    with without(count):
         return bounds.makespan_lower_bound(problem).value
 
 
@@ -56,18 +64,16 @@ def main() -> None:
     problems = [(Path(f).stem, load_problem(f)) for f in args.files]
     if args.po_case:
         problems.insert(0, (po_case().name, po_case()))
-    head = "| problem | old bound | idle, memory | idle, memory + link |"
+    head = "| problem | old bound | + memory x time | + forced idle (knapsacks) | + forced idle (start recurrences, host link) |"
     if args.solve:
         head += " makespan (old cut) | bound | gap | makespan (new cut) | bound | gap |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for name, problem in problems:
-        old, knap = old_bound(problem), knapsack_bound(problem)
-        new = bounds.makespan_lower_bound(problem).value
-        row = f"| {name} | {old:g} | {knap:g} | {new:g} |"
+        row = f"| {name} | " + " | ".join(f"{bound_without(problem, k):g}" for k in (4, 3, 2, 0)) + " |"
         if args.solve:
-            for patch in (mock.patch.object(bounds, "idle_bound", lambda *a: 0.0), mock.MagicMock()):
-                with patch:
+            for count in (4, 0):
+                with without(count):
                     r = solve(problem, SolveOptions(time_limit=args.solve, threads=args.threads))
                 row += f" {r.schedule.makespan:g} | {r.lower_bound:g} | {r.gap:.1%} |"
         print(row, flush=True)

@@ -145,7 +145,8 @@ def _lifetime(problem: Problem, stage: int) -> float:
 
 
 def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
-    """A makespan bound from the memory cap of ``device`` (0 when it is unbounded).
+    """A makespan bound from the memory cap of ``device`` (0 when it is unbounded): the larger of
+    the round trips in flight (below) and memory x time (:func:`memory_time_bound`).
 
     Microbatch j keeps at least ``activation[s] - max_offload(s)`` of stage s on
     the device over [start of F(s, j), end of B(s, j)), an interval of at least
@@ -167,7 +168,38 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
         if q >= m:
             continue
         best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + tails[s])
-    return best
+    return max(best, memory_time_bound(problem, device, chains))
+
+
+def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """head + (least memory x time the device's microbatches need) / cap.
+
+    From its first F on, a device holds at most the cap, so the integral of its memory over
+    [head, makespan] is at most cap * (makespan - head). (s, j) with x of its activation a sent to
+    host (0 <= x <= the offloadable share) holds a - x over [S(F), E(B)), of length l >= L_s (the
+    round trip); x over [S(F), E(OFFLOAD)) and [S(RELOAD), E(B)), together at least
+    F + B + x tau with tau = 1/d2h + 1/h2d (so l >= that too); and the weight hold over
+    [E(B), E(W)), at least W long. Its area is at least
+    g(x) = (a - x) max(L, F + B + x tau) + x (F + B + x tau) + hold W, smallest at
+    x = min(share, (L - F - B) / (2 tau)) (g is a convex parabola up to where F + B + x tau = L,
+    and grows after it).
+    """
+    cap = problem.capacity[device]
+    stages = problem.stages_of_device[device]
+    if cap is None or cap <= 0 or not stages:
+        return 0.0
+    tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
+    area = 0.0
+    for s in stages:
+        fb = problem.duration(OpKind.F, s) + problem.duration(OpKind.B, s)
+        # every path from F(0) to B(s) runs through F(s): the round trip is B's earliest end less F's start
+        trip = chains.b_head[s] + problem.duration(OpKind.B, s) - chains.f_head[s]
+        a, share = problem.activation[s], problem.max_offload(s)
+        x = 0.0 if tau <= 0 else min(share, max(0.0, trip - fb) / (2 * tau))
+        area += a * trip - x * (trip - fb) + tau * x * x
+        if problem.split_backward:
+            area += problem.weight_hold[s] * problem.duration(OpKind.W, s)
+    return min(chains.f_head[s] for s in stages) + problem.microbatches * area / cap
 
 
 @dataclass(frozen=True)

@@ -91,16 +91,50 @@ def test_forced_idle_reaches_the_zb_h1_optimum():
     assert makespan_lower_bound(zb_h1_case(100)).value == 28200
 
 
-def test_the_host_link_enters_the_bound():
-    # 4 x 16 linear, cap 1/3 of 1F1B's, a round trip of 2 x (F + B): forwards past the cap wait for
-    # offloads, the last backwards for reloads. A 100 times faster link lifts that limit.
-    data = json.loads((INSTANCES / "suite" / "lin-d4-m16-split-cap1_3-k2.json").read_text())
-    p = problem_from_dict(data)
-    data["offload"]["bandwidth"] = {k: v * 100 for k, v in data["offload"]["bandwidth"].items()}
-    fast = problem_from_dict(data)
-    slow = makespan_lower_bound(p)
-    assert slow.value > max(max(slow.device_bounds), max(slow.memory_bounds), slow.critical_path) + 1
-    assert makespan_lower_bound(fast).value < slow.value - 1
+def suite_problem(name: str, link_speedup: float = 1.0):
+    data = json.loads((INSTANCES / "suite" / f"{name}.json").read_text())
+    if link_speedup != 1.0:
+        data["offload"]["bandwidth"] = {k: v * link_speedup for k, v in data["offload"]["bandwidth"].items()}
+    return problem_from_dict(data)
+
+
+def test_memory_time_with_the_best_offload_share():
+    # 4 x 16 linear, F = B = W = 10, activation 1 (weight hold 0.25), cap 4/3, a transfer of 30 each way
+    # (tau = 60). Device 0: round trip L = 80; sending x to host costs area (1 - x) 80 + x (20 + 60 x),
+    # least at x = 0.5: 65, plus the hold over W (2.5); 16 microbatches x 67.5 / (4/3) = 810.
+    # Head + load said 510. A 100 times faster link makes sending everything cheap: far lower.
+    p = suite_problem("lin-d4-m16-split-cap1_3-k2")
+    bound = makespan_lower_bound(p)
+    assert bound.value == pytest.approx(810, abs=0.01) and bound.binding == "memory cap of device 0"
+    assert max(bound.device_bounds) == pytest.approx(510)
+    assert makespan_lower_bound(suite_problem("lin-d4-m16-split-cap1_3-k2", 100)).value < 520
+
+
+def test_the_host_link_enters_the_forced_idle():
+    # Device 0 (F = B = W = 10) is the slow one: load 240. Its first B starts no earlier than 40 (F of
+    # stages 1-3 and B of 3-1 at 5 each). Cap 1.5, activation 1, all of it may go to host at 0.2 (5 per
+    # activation): the k-th forward waits for k - 1.5 to have left, each share after its forward ends,
+    # so forwards start no earlier than 0, 12.5, 25, 37.5, 50: with f of them before the first B it
+    # starts at max(40, start_f + 10), and idle >= min over f of that - 10 f = 7.5 (f = 4).
+    def problem(bandwidth):
+        return make_problem(devices=4, microbatches=8, time_forward=[10, 5, 5, 5], time_backward_input=[10, 5, 5, 5],
+                            time_backward_weight=[10, 5, 5, 5], memory_activation=1, memory_capacity=1.5,
+                            offload={"fraction": 1, "bandwidth": {"d2h": bandwidth, "h2d": bandwidth}})
+    bound = makespan_lower_bound(problem(0.2))
+    assert bound.value == pytest.approx(247.5) and bound.binding == "load and forced idle of device 0"
+    assert max(max(bound.device_bounds), max(bound.memory_bounds), bound.critical_path) == 240
+    assert makespan_lower_bound(problem(0.05)).value > 255  # slower link: more idle
+    assert makespan_lower_bound(problem(100)).value < 240.1  # the link no longer limits
+
+
+def test_a_running_backward_needs_its_own_share_back():
+    # Interleaved 4 x 8, fused, a cap of 4 chunk activations, half of each may go to host: after its
+    # last F, device 0 can run at most 7 B's (8 x 0.5 - 7 x 0.25 > 2: the running B's share is back),
+    # where the memory knapsack alone allowed 8 (8 x 0.25 <= 2).
+    p = suite_problem("int2-d4-m8-fused-cap1_2-k2-f0.5")
+    bound = makespan_lower_bound(p)
+    old = max(max(bound.device_bounds), max(bound.memory_bounds), bound.critical_path)
+    assert bound.value > old + 10 and bound.binding.startswith("load and forced idle")
 
 
 def test_least_starts_wait_for_offloads():

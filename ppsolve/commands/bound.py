@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  critical path of one microbatch: {bound.critical_path:g}")
     print("  per device (head + load + tail): " + ", ".join(f"{b:g}" for b in bound.device_bounds))
     if any(bound.memory_bounds):
-        print("  per device (memory cap: microbatches in flight x round trip): "
+        print("  per device (memory cap: round trips in flight, memory x time): "
               + ", ".join(f"{b:g}" for b in bound.memory_bounds))
     if bound.idle_bounds != bound.device_bounds:
         print("  per device (load + idle forced by memory and host link before the first B and after the last F): "
