@@ -32,7 +32,7 @@ def _serial(problem, offload=False):
     return make_schedule(problem, simulate(problem, serial_orders(problem, offload)), "serial")
 
 
-def _improve(problem, start, seconds=0.8):
+def _improve(problem, start, seconds=3.0):
     options = SolveOptions(time_limit=seconds, threads=1)
     budget = Budget(seconds, deterministic=True)
     return lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend, start,
