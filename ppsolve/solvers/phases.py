@@ -295,7 +295,9 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
 def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
     """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``)."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
-    timed = realise(run.problem, list(start.ops), start.method.name) or start  # as the runtime times it
+    timed = make_schedule(run.problem, retime(run.problem, start.ops), start.method.name)  # as the runtime runs it
+    if not (timed.makespan < start.makespan - 1e-9 and check(timed).ok):
+        timed = start  # already as early as the runtime would run it (a plan's simulation): checked once is enough
     result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
                      run.use_offload, run.lb)
     run.progress.end_phase()
