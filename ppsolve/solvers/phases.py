@@ -7,9 +7,10 @@ solutions into schedules with :func:`realise` (checked; the newest that passes
 wins); keep the answer never worse than the warm start; report the status, the
 proven bound and the gap.
 
-Phases of the ``makespan`` objective: MAKESPAN (minimise C), then OFFLOAD (at
-that makespan, minimise the offloaded amount; only when the best schedule
-offloads). The ``memory`` objective runs MAKESPAN first when it needs the best
+Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
+large for the whole model, or after it on mid-sized ones, by large-neighbourhood
+search: ``ppsolve.solvers.lns``), then OFFLOAD (at that makespan, minimise the
+offloaded amount; only when the best schedule offloads and the whole model is built). The ``memory`` objective runs MAKESPAN first when it needs the best
 makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
 sum of peaks, with C at most the limit).
 """
