@@ -104,6 +104,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     spent = 0.0  # work done, deterministic mode
     deterministic = limit.deterministic is not None
     batch = batch_size(len(start.ops))
+    applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
 
     def out_of_time() -> bool:
@@ -150,7 +151,10 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 placements.append((window, placed))
         if not placements:
             continue
+        if time.monotonic() + applying > limit.until:
+            break  # re-timing and checking it would run past the limit
         spent += ROUND_SECONDS_PER_OP * len(inc.schedule.ops)
+        began = time.monotonic()
         better = _accept(problem, inc, placements)
         if better is not None:
             inc = Incumbent(better)
@@ -158,6 +162,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             result.improved += 1
             progress.update(incumbent=scaling.time(better.makespan, tolerance=1e-3))
             progress.detail(f"({result.windows} windows of ~{size} ops, {result.improved} better)")
+        applying = time.monotonic() - began
     return result
 
 

@@ -7,9 +7,10 @@ solutions into schedules with :func:`realise` (checked; the newest that passes
 wins); keep the answer never worse than the warm start; report the status, the
 proven bound and the gap.
 
-Phases of the ``makespan`` objective: MAKESPAN (minimise C), then OFFLOAD (at
-that makespan, minimise the offloaded amount; only when the best schedule
-offloads). The ``memory`` objective runs MAKESPAN first when it needs the best
+Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
+large for the whole model, or after it on mid-sized ones, by large-neighbourhood
+search: ``ppsolve.solvers.lns``), then OFFLOAD (at that makespan, minimise the
+offloaded amount; only when the best schedule offloads and the whole model is built). The ``memory`` objective runs MAKESPAN first when it needs the best
 makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
 sum of peaks, with C at most the limit).
 """
@@ -313,7 +314,9 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
 def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
     """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``)."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
-    timed = realise(run.problem, list(start.ops), start.method.name) or start  # as the runtime times it
+    timed = make_schedule(run.problem, retime(run.problem, start.ops), start.method.name)  # as the runtime runs it
+    if not (timed.makespan < start.makespan - 1e-9 and check(timed).ok):
+        timed = start  # already as early as the runtime would run it (a plan's simulation): checked once is enough
     result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
                      run.use_offload, run.lb)
     run.progress.end_phase()

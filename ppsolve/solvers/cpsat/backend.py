@@ -298,4 +298,4 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     else:
         solutions = [_model_ops(m, x) for x in values]
     work = solver.deterministic_time / DETERMINISTIC_PER_SECOND if code is not None else 0.0  # no response: none
-    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, by_clock, work)
+    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, by_clock=by_clock, work=work)
