@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsolve.baselines.common import SMALL_OPS, memory_deltas
-from ppsolve.ops import B, F, W, Op
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
 _F, _B, _W = 0, 1, 2
@@ -76,6 +76,7 @@ class _Builder:
         self.source = [[i - 1, i + 1 if i + 1 < d else -1] for i in range(d)]
         self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
         self.delta = memory_deltas(problem)
+        self.b_change = [self.delta[_B][self.stage[i][_B][0]] for i in range(d)]  # of a B of lane 0 on device i
         self.f_room = max(problem.activation)
         self.comm = problem.p2p
         self.count = [[[0, 0] for _ in range(3)] for _ in range(d)]
@@ -214,9 +215,10 @@ class _Builder:
                 lane = 1 - lane
 
     def steady(self) -> None:
-        d, m, count, ends = self.d, self.m, self.count, self.ends
-        for i in range(d):
-            self.room_for(i, _B, 0)
+        d, m, count, ends, mem, limit = self.d, self.m, self.count, self.ends, self.mem, self.limit
+        for i, change in enumerate(self.b_change):  # room for a B of lane 0 (a B frees memory: rarely needed)
+            if mem[i] + change > limit:
+                self.room_for(i, _B, 0)
         first, second = [], []
         for i in range(d):
             done0, done1 = count[i][_B]
@@ -307,5 +309,5 @@ def zbv_orders(problem: Problem, limit: float) -> list[list[Op]] | None:
     if not runs:
         return None
     best = min(runs, key=lambda r: r.makespan)
-    make = (F, B, W)
-    return [[make[kind](s, j) for kind, s, j in order] for order in best.orders]
+    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    return [[Op(kinds[kind], s, j) for kind, s, j in order] for order in best.orders]
