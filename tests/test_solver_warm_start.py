@@ -66,3 +66,16 @@ def test_own_warm_start_without_baselines():
     serial = make_schedule(problem, simulate(problem, serial_orders(problem)), "serial")
     assert warm.makespan <= serial.makespan
     assert best_warm_start(problem, "none") is None
+
+
+def test_a_counted_warm_start_tries_only_methods_that_apply():
+    # --threads 1 gives the warm start a number of tries fixed by the problem's size. Methods that do
+    # not apply (the linear ones, on a V-shape) must not use them up: with six tries, a V-shape
+    # problem still gets its V-shape schedules, not the serial plan (3650 against 995 before).
+    problem = make_problem(devices=8, microbatches=32, chunks=2, placement="vshape")
+    applicable = [m for m in methods.all_methods("baseline") if m.why_not(problem) is None]
+    assert len(applicable) < len(methods.all_methods("baseline"))
+    unlimited = best_warm_start(problem, "auto")
+    counted = best_warm_start(problem, "auto", max_tries=6)
+    assert counted.makespan == unlimited.makespan
+    assert not counted.method.name.startswith("warm:serial")

@@ -26,9 +26,10 @@ WARM_START_SHARE = 0.2  # of the time limit
 RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
 # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
 # backend's calibrated unit), so that a machine about twice as slow (or as loaded) as the bench machine
-# still ends it by the deterministic limit; and the warm start tries candidates while (candidates x ops)
-# stays below WARM_START_OPS_PER_SECOND x this share of its own share: one candidate (a baseline or a
-# plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU second there (see docs/solver.md).
+# still ends it by the deterministic limit; and the warm start collects acceptable candidates while
+# (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
+# one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU
+# second there (see docs/solver.md). Methods that do not apply or refuse the caps are not counted.
 DETERMINISTIC_SHARE = 0.5
 WARM_START_OPS_PER_SECOND = 10_000
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
@@ -93,8 +94,8 @@ class Budget:
         return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
 
     def warm_start_candidates(self, ops: int) -> int | None:
-        """Deterministic mode: how many warm-start candidates to try for a problem of ``ops`` ops
-        (at least one); None otherwise (the clock decides)."""
+        """Deterministic mode: how many acceptable warm-start candidates to collect for a problem of
+        ``ops`` ops (at least one); None otherwise (the clock decides)."""
         if not self.deterministic:
             return None
         work = DETERMINISTIC_SHARE * WARM_START_SHARE * self.time_limit * WARM_START_OPS_PER_SECOND

@@ -58,6 +58,7 @@ class LnsResult:
     optimal: int = 0  # windows solved to optimality
     infeasible: int = 0  # windows without a solution (after rounding the fixed ops' times)
     interrupted: bool = False
+    by_clock: bool = False  # deterministic mode: the wall clock, not the work limit, ended a window or the search
     sizes: list[int] = field(default_factory=list)
 
 
@@ -108,7 +109,12 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
 
     def out_of_time() -> bool:
-        return limit.until - time.monotonic() <= 0.05 or (deterministic and spent >= limit.deterministic)
+        if deterministic and spent >= limit.deterministic:
+            return True
+        if limit.until - time.monotonic() <= 0.05:
+            result.by_clock = result.by_clock or deterministic
+            return True
+        return False
 
     while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
         windows = []
@@ -132,6 +138,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 result.interrupted = True
                 break
             spent += answer.work + WINDOW_OVERHEAD
+            result.by_clock = result.by_clock or (deterministic and (answer.by_clock or answer.abandoned))
             result.windows += 1
             result.sizes.append(window.size)
             progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
@@ -152,6 +159,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
         if not placements:
             continue
         if time.monotonic() + applying > limit.until:
+            result.by_clock = result.by_clock or deterministic
             break  # re-timing and checking it would run past the limit
         spent += ROUND_SECONDS_PER_OP * len(inc.schedule.ops)
         began = time.monotonic()

@@ -330,6 +330,8 @@ def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
     run.progress.end_phase()
     run.interrupted = run.interrupted or result.interrupted
     run.lns = result
+    if result.by_clock:
+        run.not_reproducible("the wall clock ended the large-neighbourhood search before its deterministic limit")
     if result.best.makespan >= start.makespan - 1e-9:
         return start
     run.notes.append(f"large-neighbourhood search: {result.improved} better schedules in {result.windows} windows "

@@ -193,15 +193,17 @@ def acceptable(schedule: Schedule) -> bool:
 
 
 def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
-                    at_least_one: bool = True, beat: float = math.inf) -> list[Schedule]:
+                    at_least_one: bool = True, beat: float = math.inf,
+                    out: list[Schedule] | None = None) -> list[Schedule]:
     """Our own plans, each as listed and, when it offloads, with every forward waiting for the
     offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
     made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
     A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
-    (a check costs more than a simulation)."""
-    out: list[Schedule] = []
+    (a check costs more than a simulation). Schedules are appended to ``out`` as they are found."""
+    out = [] if out is None else out
+    kept = len(out)
     for name, make in _own_plans(problem):
-        if (out or not at_least_one) and until():
+        if (len(out) > kept or not at_least_one) and until():
             break
         try:
             orders = make()
@@ -213,7 +215,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                 ops = simulate(problem, orders, waits=plan_waits)
             except PpsolveError:
                 continue
-            if (out or not at_least_one) and max(op.end for op in ops) > beat + 1e-9:
+            if (len(out) > kept or not at_least_one) and max(op.end for op in ops) > beat + 1e-9:
                 continue
             schedule = make_schedule(problem, ops, f"warm:{label}")
             if acceptable(schedule):
@@ -223,15 +225,18 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
 
 
 def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None,
-                         until: Callable[[], bool] = lambda: False) -> list[Schedule]:
+                         until: Callable[[], bool] = lambda: False,
+                         out: list[Schedule] | None = None) -> list[Schedule]:
     """Schedules of the registered baselines that apply ('auto', one at a time until ``until()``),
-    or of one named method."""
+    or of one named method, appended to ``out`` as they are found."""
+    out = [] if out is None else out
     if choice == "none":
-        return []
+        return out
     options = RunOptions(time_limit=time_limit, threads=1, seed=0, quiet=True, warm_start="none")
     if choice == "auto":
-        out: list[Schedule] = []
         for method in all_methods("baseline"):
+            if method.why_not(problem) is not None:
+                continue
             if until():
                 break
             out += [s for s in applicable_baselines(problem, options, [method.name]) if acceptable(s)]
@@ -241,7 +246,8 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
     if reason is not None:
         raise PpsolveError(f"warm start {method.name} does not apply: {reason}")
     schedule = method.run(problem, options)
-    return [schedule] if acceptable(schedule) else []
+    out += [schedule] if acceptable(schedule) else []
+    return out
 
 
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
@@ -249,25 +255,21 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
                     max_tries: int | None = None) -> Schedule | None:
     """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans,
     trying candidates until ``deadline`` (``time.monotonic()``; None: all of them) or, with
-    ``max_tries``, that many (a count that does not depend on the clock). ``sink``, when given,
-    receives each group of candidates as soon as it exists (a caller that stops waiting keeps
-    what was found)."""
-    tries = 0
+    ``max_tries``, until that many acceptable schedules were found (a count that does not depend on
+    the clock: methods that do not apply, refuse or break the caps are not counted, so a V-shape or
+    a capped problem still reaches the methods made for it). ``sink``, when given, receives each
+    candidate as soon as it exists (a caller that stops waiting keeps what was found)."""
+    candidates = sink if sink is not None else []
 
     def until() -> bool:  # asked before each candidate (a baseline method, or one plan of ours)
-        nonlocal tries
-        tries += 1
-        if max_tries is not None and tries > max_tries:
+        if max_tries is not None and len(candidates) >= max_tries:
             return True
         return deadline is not None and time.monotonic() > deadline
 
-    candidates = sink if sink is not None else []
-    if choice != "auto":
-        candidates += baseline_warm_starts(problem, choice, time_limit, until)
-    else:  # the baselines (fast generators, good orders), then our plans, serial first (valid, cheap)
-        candidates += baseline_warm_starts(problem, choice, time_limit, until)
-        candidates += own_warm_starts(problem, until, at_least_one=not candidates,
-                                      beat=min((c.makespan for c in candidates), default=math.inf))
+    baseline_warm_starts(problem, choice, time_limit, until, out=candidates)
+    if choice == "auto":  # then our plans, serial first (valid, cheap)
+        own_warm_starts(problem, until, at_least_one=not candidates,
+                        beat=min((c.makespan for c in candidates), default=math.inf), out=candidates)
     return shortest(candidates)
 
 
