@@ -4,7 +4,8 @@
 
 Each backend solves each problem once through ``ppsolve.solvers.solve`` (the same warm start,
 phases and checks); "proof" is the wall time of the run when it ended proven optimal (the
-least-offload phase included), else "-"; the gap is against the reported lower bound.
+least-offload phase included), else "-"; the gap is against the reported lower bound; "engine"
+is the one that searched (``method.engine``: HiGHS, or CBC when highspy is missing).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
     try:
         r = solve(problem, SolveOptions(solver=solver, time_limit=limit, threads=threads))
     except PpsolveError as exc:
-        return [type(exc).__name__, "-", "-", "-", "-"]
+        return [type(exc).__name__, "-", "-", "-", "-", "-"]
     except Exception as exc:  # a crash is a figure too: the row says which
-        return [f"crash: {type(exc).__name__}", "-", "-", "-", "-"]
+        return [f"crash: {type(exc).__name__}", "-", "-", "-", "-", "-"]
     proof = f"{r.seconds:.1f}" if r.status == "optimal" else "-"
-    return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, f"{r.schedule.offloaded:g}"]
+    engine = r.schedule.method.extra.get("engine", "-")
+    return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, f"{r.schedule.offloaded:g}", engine]
 
 
 def main(argv=None) -> int:
@@ -44,9 +46,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     paths = args.problems or sorted(glob.glob(str(ROOT / "instances/*.json")))
-    head = ("| problem | cpsat status | makespan | gap | proof s | offloaded "
-            "| milp status | makespan | gap | proof s | offloaded |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| problem | cpsat status | makespan | gap | proof s | offloaded | engine "
+            "| milp status | makespan | gap | proof s | offloaded | engine |")
+    lines = [head, "|" + "---|" * 13]
     print("\n".join(lines), flush=True)
     for path in paths:
         problem = load_problem(path)
