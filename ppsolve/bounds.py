@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ppsolve.admission import admission_bound, admission_starts
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
 from ppsolve.idle import Group, least_starts, most_work
@@ -26,6 +27,7 @@ class MakespanBound:
     critical_path: float
     memory_bounds: tuple[float, ...] = ()
     idle_bounds: tuple[float, ...] = ()
+    admission_bounds: tuple[float, ...] = ()
 
     @property
     def binding(self) -> str:
@@ -33,6 +35,8 @@ class MakespanBound:
         candidates += [(b, f"load of device {d}") for d, b in enumerate(self.device_bounds)]
         candidates += [(b, f"memory cap of device {d}") for d, b in enumerate(self.memory_bounds)]
         candidates += [(b, f"load and forced idle of device {d}") for d, b in enumerate(self.idle_bounds)]
+        candidates += [(b, f"load of device {d} after the cap of stage 0's device spaces the microbatches")
+                       for d, b in enumerate(self.admission_bounds)]
         return max(candidates, key=lambda c: c[0])[1]
 
 
@@ -297,8 +301,12 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
     idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
+    heads, tails = heads_and_tails(problem)
+    starts = admission_starts(problem, heads)
+    admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
     path = critical_path(problem)
-    return MakespanBound(max(max(devices), max(memory), max(idle), path), devices, path, memory, idle)
+    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), path), devices, path, memory,
+                         idle, admission)
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:

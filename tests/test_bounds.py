@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ppsolve.bounds import critical_path, makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.admission import admission_starts
+from ppsolve.bounds import (critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
+                            require_feasible_capacity)
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
 from ppsolve.idle import Group, least_starts, most_work
@@ -151,3 +153,19 @@ def test_most_work_is_exact_for_one_stage_and_bounds_several():
     assert most_work([Group(8, ((2, 1000),))], 7) == 3000
     # two stages: the linear relaxation (here 3.5 items of value 1000 at weight 2)
     assert most_work([Group(8, ((2, 1000),)), Group(8, ((2, 1000),))], 7) == pytest.approx(3500)
+
+
+def test_admission_spaces_the_microbatches_by_the_cap_of_stage_0s_device():
+    # Device 0 holds one activation: each microbatch's round trip (F0, F1, B1, B0 = 1 + 1 + 2 + 2: a fused
+    # B is B + W) ends before the next may start, so the starts are 0, 6, 12 and device 1 cannot end
+    # before 12 + 6 = 18, the serial schedule.
+    problem = make_problem(devices=2, microbatches=3, backward="fused", memory_capacity=1)
+    heads, tails = heads_and_tails(problem)
+    assert admission_starts(problem, heads) == [0, 6, 12]
+    bound = makespan_lower_bound(problem)
+    assert bound.admission_bounds[1] == 18 and bound.value == 18
+    # no cap, or an activation that may all go to host memory: nothing to space
+    assert admission_starts(make_problem(devices=2, microbatches=3), heads) is None
+    offloadable = make_problem(devices=2, microbatches=3, memory_capacity=1,
+                               offload={"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}})
+    assert admission_starts(offloadable, heads_and_tails(offloadable)[0]) is None
