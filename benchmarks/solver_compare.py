@@ -5,7 +5,8 @@
 Each backend solves each problem once through ``ppsolve.solvers.solve`` (the same warm start,
 phases and checks); "proof" is the wall time of the run when it ended proven optimal (the
 least-offload phase included), else "-"; the gap is against the reported lower bound; "engine"
-is the one that searched (``method.engine``: HiGHS, or CBC when highspy is missing).
+is the one that searched (``method.engine``: HiGHS, or CBC when highspy is missing); "(least)"
+marks an offloaded amount proven the least at that makespan (``method.least_offload``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
         return [f"crash: {type(exc).__name__}", "-", "-", "-", "-", "-"]
     proof = f"{r.seconds:.1f}" if r.status == "optimal" else "-"
     engine = r.schedule.method.extra.get("engine", "-")
-    return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, f"{r.schedule.offloaded:g}", engine]
+    offloaded = f"{r.schedule.offloaded:g}"
+    if r.schedule.method.extra.get("least_offload") == "optimal":
+        offloaded += " (least)"
+    return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, offloaded, engine]
 
 
 def main(argv=None) -> int:

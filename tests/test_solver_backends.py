@@ -132,6 +132,8 @@ def test_offload_used_only_when_it_helps(solver):
     assert without.status == "optimal" and with_off.status == "optimal"
     assert with_off.schedule.makespan < without.schedule.makespan
     assert with_off.schedule.offloaded > 0
+    assert with_off.schedule.method.extra["least_offload"] == "optimal"  # the least amount at that makespan
+    assert "least_offload" not in without.schedule.method.extra  # no offload phase without offload
     # unbounded memory: transfers can only cost, so nothing moves
     assert solved(make_problem(devices=2, microbatches=3, offload=OFFLOAD_2), solver).schedule.offloaded == 0
 

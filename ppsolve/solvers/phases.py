@@ -121,6 +121,7 @@ class _Run:
         self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
         self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
+        self.least_offload: str | None = None  # the OFFLOAD phase's status, if it ran
 
     def user_time(self, x: float) -> float:
         return round(x / self.scaling.time_scale, 9)
@@ -266,6 +267,7 @@ def _least_offload(run: _Run, best: Schedule, share: float) -> Schedule:
     run.progress.phase("least offload", "offloaded", run.user_memory, incumbent=best.offloaded,
                        at=f"(at makespan {best.makespan:g})", gap=False)
     answer = run.phase(Phase.OFFLOAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
+    run.least_offload = answer.status.value  # "optimal": no schedule at this makespan offloads less
     better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
     if better is not None and better.offloaded < best.offloaded - 1e-12:
         return better
@@ -281,6 +283,8 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     sc = run.scaling
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
+    if run.least_offload is not None:
+        extra["least_offload"] = run.least_offload
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal}
