@@ -125,7 +125,11 @@ SOLVER_COMPARE_INTRO = (
     "Both solver backends on every problem of `instances/`, one after the other in one run of "
     "`benchmarks/solver_compare.py` (the same warm start, phases and checks through "
     "`ppsolve.solvers.solve`). *proof s*: the wall time of a run that ended proven optimal (the "
-    "least-offload phase included), else -; *gap*: against the reported lower bound at the limit.")
+    "least-offload phase included), else -; *gap*: against the reported lower bound at the limit; "
+    "*offloaded*: marked (least) when proven the least at that makespan; *engine*: what searched "
+    "(HiGHS runs in a child process: OR-Tools bundles its own libhighs, and before that change the "
+    "MILP column of a run after CP-SAT was CBC's). The makespan is proven at once where the warm "
+    "start meets the lower bound (proof 0.0 s).")
 
 
 def solver_compare_section(table: Path) -> list[str]:
