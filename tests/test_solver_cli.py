@@ -65,7 +65,12 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
                 break
         time.sleep(1.0)  # the search is running
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            raise AssertionError(f"no exit 30 s after Ctrl-C; stdout: {stdout[-2000:]!r} stderr: {stderr[-2000:]!r}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -150,33 +150,46 @@ class PhaseAnswer:
     work: float = 0.0  # deterministic work done, in the budget's seconds (CP-SAT: deterministic time over its rate)
 
 
+STOP_GRACE = 3.0  # seconds a search may take to end after Ctrl-C before it is abandoned
+
+
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
                      grace: float = 0.5) -> tuple[Any, bool, bool]:
     """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C, or once the
     clock passes ``until`` (``time.monotonic()``), call ``stop()`` (the backend's way to end its
-    search); a search still running ``grace`` seconds after ``until`` is abandoned (it runs on,
-    unobserved: HiGHS does not read its clock while it presolves or repairs a start solution).
+    search; after Ctrl-C at every turn until the search ends); a search still running ``grace``
+    seconds after ``until``, or ``STOP_GRACE`` after Ctrl-C, is abandoned (it runs on, unobserved:
+    HiGHS does not read its clock while it presolves or repairs a start solution).
 
     Returns (what ``search`` returned, or None; interrupted by Ctrl-C; abandoned).
     """
     result: dict = {}
+    done = threading.Event()  # not thread.is_alive(): a join interrupted by Ctrl-C can make it lie (Python < 3.13)
 
     def work() -> None:
         try:
             result["value"] = search()
         except BaseException as exc:  # re-raised in the calling thread
             result["error"] = exc
+        finally:
+            done.set()
 
     thread = threading.Thread(target=work, daemon=True)
     interrupted = stopped = False
+    interrupted_at = 0.0
     thread.start()
-    while thread.is_alive():
+    while not done.is_set():
         try:
-            thread.join(0.1)
+            done.wait(0.1)
         except KeyboardInterrupt:
-            interrupted = True
+            interrupted, interrupted_at = True, time.monotonic()
+        if interrupted and not done.is_set():
+            # asked again at every turn: a stop that came before the search had started is lost
+            # (CP-SAT's stop_search does nothing then), and the search would run to its limit
             stop()
-        if until is not None and thread.is_alive():
+            if time.monotonic() > interrupted_at + max(grace, STOP_GRACE):
+                return None, True, True
+        if until is not None and not done.is_set():
             now = time.monotonic()
             if now > until and not stopped:
                 stopped = True
