@@ -58,7 +58,10 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     cmd = [sys.executable, "-m", "ppsolve", "solve", str(root / "instances/linear-offload-private-4x8.json"),
            "-o", str(out), "--time-limit", "60"]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # SIGINT back to its default in the child: a test run started in the background by a
+    # non-interactive shell has it ignored, and the child would inherit that and never see Ctrl-C
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stderr:
             if line.startswith("cpsat makespan"):  # the makespan phase has started (from the warm start)

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 
+import pytest
+
 from ppsolve.solvers import api
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_reaches_python():
+    """Python's own SIGINT handler, whatever the test run inherited: a run started in the background
+    by a non-interactive shell has SIGINT ignored, and then interrupt_main() does nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def _search_that_misses_early_stops(started_after: float, runs_for: float):
