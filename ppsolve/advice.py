@@ -179,8 +179,10 @@ def explain_offload(schedule: Schedule) -> str:
         if short:
             return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
                     f"(device {short[0]} needs {no_off[short[0]]:g})")
+        proven = schedule.method.extra.get("least_offload") == "optimal"
         return (f"used ({schedule.offloaded:g} moved): the cap limits how many microbatches are in flight; "
-                "this is the least offload found at this makespan")
+                + ("no schedule at this makespan offloads less (proven)" if proven
+                   else "this is the least offload found at this makespan"))
     return ("not used: this makespan is reached within the cap without it "
             f"(peak {max(schedule.peak_memory):g}; offload costs host-link time and is used only where it helps)")
 

@@ -53,3 +53,18 @@ def test_solve_json_carries_the_advice(tmp_path, capsys):
     assert advice["best_published"]["makespan"] >= summary["makespan"]
     assert advice["best_published"]["faster_by"] >= 0
     assert advice["gap"] and advice["offload"].startswith("not possible")
+
+
+def test_offload_says_when_the_least_amount_is_proven():
+    # 2 devices, 3 microbatches, capacity 1, a fast link: offload helps, and the least amount at the
+    # optimal makespan is proven on a problem this small
+    from ppsolve.solvers import SolveOptions, solve
+
+    problem = make_problem(devices=2, microbatches=3, memory_capacity=1,
+                           offload={"fraction": 1, "bandwidth": {"d2h": 2, "h2d": 2}})
+    result = solve(problem, SolveOptions(time_limit=20, threads=2))
+    assert result.schedule.offloaded > 0 and result.schedule.method.extra["least_offload"] == "optimal"
+    advice = advise("p.json", result.schedule, result.status, result.lower_bound)
+    assert advice.offload.endswith("no schedule at this makespan offloads less (proven)")
+    unproven = run_method("greedy", problem)
+    assert "proven" not in advise("p.json", unproven, "feasible", unproven.method.lower_bound).offload
