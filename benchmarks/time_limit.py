@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from ppsolve.jsonio import write_text_atomic  # noqa: E402
 
 SLACK = (1.1, 1.0)  # the promise: limit x 1.1 + 1 s
+HEADING = "The time limit, end to end, and --threads 1"
 
 
 def large_problem(path: Path) -> Path:
@@ -77,7 +78,7 @@ def _comparable(data: dict | None) -> str | None:
 
 
 def _clock_notes(data: dict | None) -> bool:
-    notes = (data or {}).get("method", {}).get("notes", []) if data else []
+    notes = data["method"].get("notes", []) if data else []
     return any("not be reproducible" in note for note in notes)
 
 
@@ -90,8 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs per problem with --threads 1 (default 2)")
     parser.add_argument("--large", action="store_true")
     parser.add_argument("--section", help="also write the table as a BENCHMARKS.md section here")
-    parser.add_argument("--heading", default="The time limit, end to end, and --threads 1",
-                        help="the section's heading")
+    parser.add_argument("--heading", default=HEADING, help="the section's heading")
     args = parser.parse_args(argv)
     solvers = args.solver or ["cpsat", "milp"]
     modes = args.threads or ["all"]
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
 
 
 def section(rows: list[list[str]], limit: float, promise: float, worst: float, argv: list[str],
-            heading: str = "The time limit, end to end, and --threads 1") -> str:
+            heading: str = HEADING) -> str:
     cmd = "PYTHONPATH=. python benchmarks/time_limit.py " + " ".join(f'"{a}"' if " " in a else a for a in argv)
     lines = [f"## {heading}", "",
              f"`ppsolve solve --time-limit {limit:g}` as a new process per run (start-up, warm start, model "

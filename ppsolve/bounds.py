@@ -106,16 +106,17 @@ class _Chains:
     b_tail: tuple[float, ...]
 
 
-def _chains(problem: Problem) -> _Chains:
-    heads, tails = _longest_from(problem, None), _tails(problem)
+def _chains(problem: Problem, heads: dict, tails: dict) -> _Chains:
     S = range(problem.num_stages)
     return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(heads[(OpKind.B, s)] for s in S),
                    tuple(tails[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
 
 
-def critical_path(problem: Problem) -> float:
-    """One microbatch forward through every stage and backward to the first, with p2p latency."""
-    heads, tails = _longest_from(problem, None), _tails(problem)
+def critical_path(problem: Problem, heads: dict | None = None, tails: dict | None = None) -> float:
+    """One microbatch forward through every stage and backward to the first, with p2p latency
+    (``heads`` and ``tails`` from :func:`heads_and_tails` when the caller has them)."""
+    if heads is None or tails is None:
+        heads, tails = heads_and_tails(problem)
     return max(heads[key] + problem.duration(*key) + tails[key] for key in heads)
 
 
@@ -297,14 +298,14 @@ def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: flo
 
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
-    chains = _chains(problem)  # one microbatch's chains, shared by every device's bounds
+    heads, tails = heads_and_tails(problem)  # one microbatch's chains, shared by every figure below
+    chains = _chains(problem, heads, tails)
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
     idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
-    heads, tails = heads_and_tails(problem)
     starts = admission_starts(problem, heads)
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
-    path = critical_path(problem)
+    path = critical_path(problem, heads, tails)
     return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), path), devices, path, memory,
                          idle, admission)
 

@@ -202,8 +202,12 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     (a check costs more than a simulation). Schedules are appended to ``out`` as they are found."""
     out = [] if out is None else out
     kept = len(out)
+
+    def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
+        return len(out) > kept or not at_least_one
+
     for name, make in _own_plans(problem):
-        if (len(out) > kept or not at_least_one) and until():
+        if may_skip() and until():
             break
         try:
             orders = make()
@@ -215,7 +219,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                 ops = simulate(problem, orders, waits=plan_waits)
             except PpsolveError:
                 continue
-            if (len(out) > kept or not at_least_one) and max(op.end for op in ops) > beat + 1e-9:
+            if may_skip() and max(op.end for op in ops) > beat + 1e-9:
                 continue
             schedule = make_schedule(problem, ops, f"warm:{label}")
             if acceptable(schedule):

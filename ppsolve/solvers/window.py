@@ -88,7 +88,8 @@ class Incumbent:
         self.by_op: dict[Op, ScheduledOp] = {op.op: op for op in schedule.ops}
         self.compute: list[list[ScheduledOp]] = [[] for _ in range(p.devices)]
         self.lanes: dict[int, list[ScheduledOp]] = {}
-        for op in sorted(schedule.ops, key=lambda o: (o.start, o.end, depth(p, o.kind, o.stage))):
+        by_start = sorted(schedule.ops, key=lambda o: (o.start, o.end, depth(p, o.kind, o.stage)))
+        for op in by_start:
             if op.kind.is_compute:
                 self.compute[op.device].append(op)
             else:
@@ -97,7 +98,7 @@ class Incumbent:
         self.lane_starts = {lane: [op.start for op in ops] for lane, ops in self.lanes.items()}
         self.after = dependents_table(p, _ALL_KINDS)
         self.before = dependency_table(p, _ALL_KINDS)
-        self.tail = self._tails()
+        self.tail = self._tails(by_start)
         self.critical_ops = [op for ops in self.compute for op in ops
                              if op.start + self.tail[op.op] >= self.makespan - 1e-9 * max(1.0, self.makespan)]
         spans: list[list[tuple[float, float, Key]]] = [[] for _ in range(p.devices)]
@@ -111,16 +112,17 @@ class Incumbent:
         self.spans = spans
         self.span_starts = [[x[0] for x in s] for s in spans]
 
-    def _tails(self) -> dict[Op, float]:
+    def _tails(self, by_start: list[ScheduledOp]) -> dict[Op, float]:
         """For every op, the longest path from its start to the end of the schedule through its
-        successors (dependencies with their lags, the next op of its device or lane)."""
+        successors (dependencies with their lags, the next op of its device or lane); ``by_start``:
+        the ops in start order."""
         nxt: dict[Op, Op] = {}
         for ops in list(self.compute) + list(self.lanes.values()):
             for a, b in zip(ops, ops[1:]):
                 nxt[a.op] = b.op
         tail: dict[Op, float] = {}
-        after, p = self.after, self.problem
-        for op in sorted(self.schedule.ops, key=lambda o: (o.start, o.end, depth(p, o.kind, o.stage)), reverse=True):
+        after = self.after
+        for op in reversed(by_start):
             key = op.op
             best = 0.0
             for kind, stage, lag in after.get((op.kind, op.stage), ()):
