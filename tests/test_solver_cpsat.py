@@ -137,3 +137,18 @@ def test_the_model_with_its_redundant_cuts_finds_the_brute_force_optimum(problem
     if best is not None:
         result = solve(problem, SolveOptions(time_limit=10, threads=1))
         assert result.status == "optimal" and result.schedule.makespan == pytest.approx(best)
+
+
+@pytest.mark.parametrize("case", [SYMMETRY_CASES[3],
+                                  dict(devices=2, microbatches=3, chunks=2, placement="vshape", memory_capacity=2,
+                                       time_p2p=1, offload={"fraction": 1, "bandwidth": {"d2h": 2, "h2d": 2}})])
+def test_tail_cuts_lose_nothing_with_offload(case, monkeypatch):
+    # with offload the tail cut holds for every microbatch, not only the last in index order
+    from ppsolve.solvers.cpsat import constraints
+
+    problem = make_problem(**case)
+    with_cuts = solved(problem, warm_start="none")
+    monkeypatch.setattr(constraints, "tail_cuts", lambda *a, **k: None)
+    without = solved(problem, warm_start="none", time_limit=20)
+    assert with_cuts.status == without.status == "optimal"
+    assert with_cuts.schedule.makespan == pytest.approx(without.schedule.makespan)

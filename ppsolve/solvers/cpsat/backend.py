@@ -83,6 +83,7 @@ def _build(task: PhaseTask) -> _Model:
         if not v.transfers and task.phase is not Phase.MEMORY:
             constraints.memory_precedences(v, scaling.capacity)
     constraints.makespan(v, min(task.lower_bound, v.horizon), fifo=options.symmetry)
+    constraints.tail_cuts(v, fifo=options.symmetry)
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OFFLOAD:

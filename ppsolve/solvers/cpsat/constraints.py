@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
+from ppsolve.bounds import heads_and_tails
 from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
@@ -194,6 +195,22 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
         for kind, q in lags:
             for j in range(q, p.microbatches) if q >= 1 else ():
                 m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - q)])
+
+
+def tail_cuts(v: Variables, fifo: bool = True) -> None:
+    """Redundant: C >= E(o) + tail(o), the longest chain of one microbatch that must follow o.
+
+    With microbatches in index order (``symmetry``, no offload) the last microbatch's op of each
+    (kind, stage) ends latest, so only its cut is needed. Transfers are left out of the chains
+    (they only add waits), so the cut holds with offload too.
+    """
+    p = v.problem
+    _, tails = heads_and_tails(p, lambda k, s: v.scaling.duration[(k, s)], v.scaling.time)
+    last = [p.microbatches - 1] if fifo and not v.transfers else range(p.microbatches)
+    for (kind, s), tail in tails.items():
+        if tail > 0:
+            for j in last:
+                v.model.add(v.makespan >= v.end[Op(kind, s, j)] + int(tail))
 
 
 def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
