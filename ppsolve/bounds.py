@@ -16,6 +16,7 @@ from ppsolve.errors import InfeasibleError
 from ppsolve.idle import Group, least_starts, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.sequence_bound import sequence_bounds
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class MakespanBound:
     memory_bounds: tuple[float, ...] = ()
     idle_bounds: tuple[float, ...] = ()
     admission_bounds: tuple[float, ...] = ()
+    sequence_bounds: tuple[float, ...] = ()
 
     @property
     def binding(self) -> str:
@@ -37,6 +39,8 @@ class MakespanBound:
         candidates += [(b, f"load and forced idle of device {d}") for d, b in enumerate(self.idle_bounds)]
         candidates += [(b, f"load of device {d} after the cap of stage 0's device spaces the microbatches")
                        for d, b in enumerate(self.admission_bounds)]
+        candidates += [(b, f"ops of device {d} with microbatches in order (earliest starts and tails)")
+                       for d, b in enumerate(self.sequence_bounds)]
         return max(candidates, key=lambda c: c[0])[1]
 
 
@@ -306,8 +310,9 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     starts = admission_starts(problem, heads)
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
     path = critical_path(problem, heads, tails)
-    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), path), devices, path, memory,
-                         idle, admission)
+    sequence = sequence_bounds(problem, *_one_microbatch(problem))
+    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), path),
+                         devices, path, memory, idle, admission, sequence)
 
 
 def min_capacity(problem: Problem, offload: bool = False) -> list[float]:

@@ -17,6 +17,7 @@ from ppsolve.memory import peak_memory
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from ppsolve.solvers import SolveOptions, solve
 from tests.helpers import make_problem, serial_orders
 
 INSTANCES = Path(__file__).resolve().parents[1] / "instances"
@@ -169,3 +170,36 @@ def test_admission_spaces_the_microbatches_by_the_cap_of_stage_0s_device():
     offloadable = make_problem(devices=2, microbatches=3, memory_capacity=1,
                                offload={"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}})
     assert admission_starts(offloadable, heads_and_tails(offloadable)[0]) is None
+
+
+def test_one_machine_bound_is_the_preemptive_optimum():
+    import numpy as np
+
+    from ppsolve.sequence_bound import _in_order, _one_machine
+
+    # job 0 (0..3, no tail) is preempted at 1 by job 1 (tail 5): 1..2 + 5 = 7, job 0 ends at 4
+    assert _one_machine(np.array([0.0, 1.0]), np.array([3.0, 1.0]), np.array([0.0, 5.0])) == 7
+    assert _one_machine(np.array([2.0, 0.0]), np.array([1.0, 1.0]), np.array([0.0, 0.0])) == 3
+    # ops of duration 2 in order: each starts no sooner than its release and the previous end
+    assert _in_order(np.array([0.0, 0.0, 7.0, 0.0]), 2.0).tolist() == [0.0, 2.0, 7.0, 9.0]
+
+
+def test_sequence_bound_reaches_the_optimum_of_an_interleaved_case():
+    # two devices, two chunks each: device 0 holds stages 0 and 2, device 1 stages 1 and 3; the
+    # other figures give 84, the ops of one device with their in-order heads and tails 86, the optimum
+    problem = problem_from_dict({
+        "format": "ppsolve/problem@1", "devices": 2, "microbatches": 4, "chunks": 2, "placement": "interleaved",
+        "backward": "split",
+        "time": {"forward": [4, 1, 2, 5], "backward_input": [4, 4, 2, 4], "backward_weight": [2, 3, 2, 3], "p2p": 0},
+        "memory": {"activation": 2, "weight_hold": 1, "capacity": 6}})
+    bound = makespan_lower_bound(problem)
+    assert bound.value == pytest.approx(86)
+    assert "in order" in bound.binding
+    result = solve(problem, SolveOptions(time_limit=10, threads=1))
+    assert result.status == "optimal" and result.schedule.makespan == pytest.approx(86)
+
+
+def test_sequence_bound_is_left_out_when_the_problem_may_offload():
+    problem = make_problem(devices=2, microbatches=4, memory_capacity=2,
+                           offload={"fraction": 1, "bandwidth": {"d2h": 2, "h2d": 2}})
+    assert makespan_lower_bound(problem).sequence_bounds == (0.0, 0.0)
