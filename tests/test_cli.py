@@ -45,6 +45,9 @@ def test_bound_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["makespan_lower_bound"] > 0 and data["feasible"] in (True, False)
     assert len(data["min_capacity"]["no_offload"]) == load_problem(INSTANCES[0]).devices
+    figures = [data[key] for key in ("device_bounds", "memory_bounds", "idle_bounds", "admission_bounds",
+                                     "sequence_bounds")]
+    assert data["makespan_lower_bound"] == pytest.approx(max(max(f) for f in figures + [[data["critical_path"]]]))
 
 
 def _write_schedule(tmp_path, schedule) -> Path:

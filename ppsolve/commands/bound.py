@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
             "makespan_lower_bound": bound.value, "binding": bound.binding,
             "device_bounds": list(bound.device_bounds), "memory_bounds": list(bound.memory_bounds),
             "idle_bounds": list(bound.idle_bounds), "admission_bounds": list(bound.admission_bounds),
+            "sequence_bounds": list(bound.sequence_bounds),
             "critical_path": bound.critical_path,
             "min_capacity": {"no_offload": no_off, "offload": with_off},
             "capacity": list(problem.capacity), "feasible": not short,
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if any(bound.admission_bounds):
         print("  per device (load after the cap of stage 0's device spaces the microbatches): "
               + ", ".join(f"{b:g}" for b in bound.admission_bounds))
+    if any(bound.sequence_bounds):
+        print("  per device (its ops with microbatches in order, earliest starts and tails, one machine): "
+              + ", ".join(f"{b:g}" for b in bound.sequence_bounds))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
           + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
