@@ -62,6 +62,11 @@ def _shift(x: np.ndarray, by: int) -> np.ndarray:
     return y
 
 
+def _shift_back(x: np.ndarray, by: int) -> np.ndarray:
+    """y[j] = x[j + by], and 0 where j + by is past the last microbatch."""
+    return _shift(x[::-1], by)[::-1]
+
+
 class _Passes:
     """Heads and tails of every (kind, stage) as arrays over the microbatches."""
 
@@ -127,19 +132,15 @@ class _Passes:
             a = self.tail[key].copy()
             for v, lag in self.succ[key]:
                 np.maximum(a, self.tail[v] + self.dur[v] + lag, out=a)
-            for f_stage, q in self._lagged_forwards(kind, s):
-                f = (OpKind.F, f_stage)
-                np.maximum(a, _shift((self.tail[f] + self.dur[f])[::-1], q)[::-1], out=a)
+            for waiting, q in self.cap_lags.get(s, ()):
+                if waiting is kind:  # F(s, j + q) waits for this op of microbatch j
+                    f = (OpKind.F, s)
+                    np.maximum(a, _shift_back(self.tail[f] + self.dur[f], q), out=a)
             new = _in_order_back(a, self.dur[key])
             if np.any(new > self.tail[key] + _EPS):
                 changed = True
             self.tail[key] = new
         return changed
-
-    def _lagged_forwards(self, kind: OpKind, s: int):
-        for k, q in self.cap_lags.get(s, ()):
-            if k is kind and q >= 1:
-                yield s, q
 
 
 def _one_machine(heads: np.ndarray, durations: np.ndarray, tails: np.ndarray) -> float:
