@@ -3,8 +3,9 @@
 
 Layout: ``api`` (options, Status, phases, what a backend is asked and answers), ``solve``
 (the one entry point and the phases), ``budget`` (the time limit), ``warm_start``,
-``scaling`` (all integer scaling), ``progress``; one folder per backend (``cpsat``, ``milp``),
-imported only when chosen.
+``scaling`` (all integer scaling), ``progress``, ``lns`` and ``window`` (large-neighbourhood
+search), ``block`` (the building-block model: measured, not used by ``solve``); one folder per
+backend (``cpsat``, ``milp``), imported only when chosen.
 """
 
 from __future__ import annotations
