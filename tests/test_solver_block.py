@@ -48,6 +48,8 @@ def test_best_block_is_valid_and_never_below_its_bounds(problem):
     sc = build_scaling(problem)
     found = search_blocks(problem, 10.0, threads=2, scaling=sc)
     assert found.best is not None
+    serial = serial_block(problem, sc, found.best.size)
+    assert found.best.makespan(problem.microbatches) < serial.makespan(problem.microbatches)
     schedule = _unrolled(problem, found.best)
     report = check(schedule)
     assert report.ok, report.errors[:3]

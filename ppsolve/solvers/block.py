@@ -29,7 +29,6 @@ bound up and keeps the shortest unrolled schedule.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -259,6 +258,12 @@ def unroll(problem: Problem, scaling: Scaling, block: Block) -> list[ScheduledOp
     return ops
 
 
+def _fits(problem: Problem, scaling: Scaling) -> bool:
+    """Whether the serial block keeps the caps: a device holds every activation of its stages at once."""
+    return all(cap is None or sum(scaling.activation[s] for s in stages) <= cap
+               for cap, stages in zip(scaling.capacity, problem.stages_of_device))
+
+
 @dataclass
 class BlockSearch:
     """What :func:`search_blocks` tried: (size, period, makespan in model units or None, proven) per try."""
@@ -287,6 +292,12 @@ def serial_block(problem: Problem, scaling: Scaling, size: int) -> Block:
     return Block(size, t, offset, end, (), t)
 
 
+def _fits(problem: Problem, scaling: Scaling) -> bool:
+    """Whether the serial block keeps the caps: a device holds every activation of its stages at once."""
+    return all(cap is None or sum(scaling.activation[s] for s in stages) <= cap
+               for cap, stages in zip(scaling.capacity, problem.stages_of_device))
+
+
 @dataclass
 class BlockSearch:
     """What :func:`search_blocks` tried: (size, period, makespan in model units or None, proven) per try."""
@@ -297,7 +308,8 @@ class BlockSearch:
 
 def search_blocks(problem: Problem, seconds: float, offload: bool = True, threads: int = 8, seed: int = 0,
                   scaling: Scaling | None = None, sizes=(1, 2), per_try: float | None = None) -> BlockSearch:
-    """Blocks of each size within ``seconds``: the one whose unrolled makespan is least.
+    """Blocks of each size within ``seconds``: the one whose unrolled makespan is least (the serial
+    block, when it keeps the caps, at the worst).
 
     For each size, from the serial block (which always exists) down: the period is halved towards the
     lower bound (``period_lower_bound``) while blocks are found, each try starting from the last block
@@ -324,8 +336,8 @@ def search_blocks(problem: Problem, seconds: float, offload: bool = True, thread
     for index, size in enumerate(sizes):
         until = time.monotonic() + (deadline - time.monotonic()) / (len(sizes) - index)
         found = serial_block(problem, scaling, size)
-        if max(scaling.capacity[d] or math.inf for d in range(problem.devices)) < 0:
-            continue
+        if _fits(problem, scaling) and (best is None or found.makespan(m) < best.makespan(m)):
+            best = found
         low = period_lower_bound(problem, scaling, size) - 1  # the longest period known to have no block
         high = found.period
         while high - low > 1 and time.monotonic() < until - 0.05:
