@@ -1,17 +1,17 @@
-"""The building block: one microbatch's ops, repeated every ``period``, solved exactly by CP-SAT.
+"""The building block: a few microbatches' ops, repeated every ``period``, solved exactly by CP-SAT.
 
 In the steady state of a pipeline every microbatch does the same thing a fixed time after the one
-before it. A *block* is that pattern: the start of each op of one microbatch (offsets from the
-microbatch's first F) and a period P; microbatch j runs the pattern shifted by j * P. If the pattern
-is valid for infinitely many microbatches it is valid for any m (dropping microbatches only takes
-work and memory away), so one small model (one microbatch's ops, whatever m is) gives a schedule
-for m microbatches of makespan (m - 1) * P + L, warm-up and cool-down included, where L is the
-pattern's length. The large-neighbourhood search then compresses its ends.
+before it. A *block* of q microbatches is that pattern: the start of each of their ops (offsets)
+and a period P; microbatch i + q * t runs pattern microbatch i shifted by t * P. A pattern valid
+for infinitely many microbatches is valid for any m (dropping microbatches only takes work and
+memory away), so one small model (q microbatches' ops, whatever m is) gives a schedule for m
+microbatches, warm-up and cool-down included. Measured against the solver, it does not pay at the
+sizes of instances/scale, so ``solve`` does not use it (docs/solver.md, "The building block").
 
 The model (times in the solver's integer units, ``ppsolve.solvers.scaling``): for each op o an
 offset S(o) = k(o) * P + r(o) with 0 <= r(o) < P (its phase in the period).
 
-* precedences: SPEC rules 1-5 within the microbatch, from the one dependency table;
+* precedences: SPEC rules 1-5 within each microbatch, from the one dependency table;
 * a device's compute ops, and the transfers of one link lane, never overlap on the circle of
   length P: each op is put on a line of length 2P at r(o) and at r(o) + P, and the copies may
   not overlap (two ops overlap on the circle iff two of their copies overlap on the line);
@@ -20,18 +20,17 @@ offset S(o) = k(o) * P + r(o) with 0 <= r(o) < P (its phase in the period).
   device's capacity, less sum(n * demand), bounds a cumulative of the remainders (each again at
   its phase and one period later: the profile over [P, 2P) is the circle's); redundant with it,
   and a much stronger guide to the search: memory x time per period is at most capacity x P;
-* offload (when allowed): a choice per stage, the same in every microbatch: the full allowed
-  share goes to host after F and comes back before B.
+* offload (when allowed): a choice per (stage, pattern microbatch): the full allowed share goes to
+  host after F and comes back before B.
 
-The objective is the least L for the given P; :func:`search_blocks` tries periods from a lower
-bound up and keeps the shortest unrolled schedule.
+The objective is the least pattern length for the given P; :func:`search_blocks` halves the period
+from the serial block's towards a lower bound and keeps the shortest unrolled schedule.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 from ortools.sat.python import cp_model
 
@@ -39,23 +38,28 @@ from ppsolve.bounds import critical_path
 from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
-from ppsolve.schedule import Schedule, ScheduledOp, make_schedule
+from ppsolve.schedule import ScheduledOp
 from ppsolve.solvers.scaling import Scaling, build_scaling
 
 _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
 
+
 @dataclass(frozen=True)
 class Block:
-    """A pattern of ``size`` microbatches: the ``offset`` of each of their ops (model units; microbatch i
-    of the pattern stands for every microbatch i + size * t, shifted by t * period), the
-    (stage, microbatch) it offloads, and its ``length`` (the last end)."""
+    """A pattern of ``size`` microbatches: the ``offset`` and ``end`` of each of their ops (model units;
+    microbatch i of the pattern stands for every microbatch i + size * t, shifted by t * period) and
+    the (stage, microbatch) it offloads."""
 
     size: int
     period: int
     offset: dict[Op, int]
     end: dict[Op, int]
     offloaded: tuple[tuple[int, int], ...]
-    length: int
+
+    @property
+    def length(self) -> int:
+        """The pattern's last end."""
+        return max(self.end.values())
 
     def makespan(self, microbatches: int) -> int:
         """The makespan of the unrolled schedule for ``microbatches`` (model units)."""
@@ -84,10 +88,9 @@ class _Model:
     def __init__(self, problem: Problem, scaling: Scaling, size: int, period: int, horizon: int, offload: bool):
         self.problem, self.scaling, self.period, self.horizon = problem, scaling, period, horizon
         self.model = cp_model.CpModel()
-        m, P = self.model, period
-        S = problem.num_stages
+        m, S = self.model, problem.num_stages
         self.size = size
-        offloadable = [s for s in range(S) if offload and problem.can_offload and scaling.offload_amount[s] > 0]
+        offloadable = [s for s in range(S) if offload and scaling.offload_amount[s] > 0]
         self.start: dict[Op, cp_model.IntVar] = {}
         self.end: dict[Op, cp_model.LinearExpr] = {}
         self.present: dict[Op, cp_model.IntVar] = {}
@@ -116,7 +119,7 @@ class _Model:
         for i in range(1, size):
             m.add(self.start[Op(_F, 0, i)] >= self.start[Op(_F, 0, i - 1)])
         self._precedences()
-        self._memory(horizon)
+        self._memory()
         m.minimize(self.length)
 
     def _phase(self, start, name: str):
@@ -149,9 +152,9 @@ class _Model:
                 conditions = [x for x in (self.present.get(op), self.present.get(earlier)) if x is not None]
                 m.add(start >= self.end[earlier] + lag).only_enforce_if(conditions)
 
-    def _memory(self, horizon: int) -> None:
+    def _memory(self) -> None:
         """Each device's holdings on the circle within its capacity (module docstring)."""
-        p, sc, m, P = self.problem, self.scaling, self.model, self.period
+        p, sc, m, P, horizon = self.problem, self.scaling, self.model, self.period, self.horizon
         for device, stages in enumerate(p.stages_of_device):
             cap = sc.capacity[device]
             if cap is None:
@@ -159,7 +162,7 @@ class _Model:
             whole, parts, demands, area = [], [], [], []
             for s in stages:
                 for i in range(self.size):
-                    segments = self._segments(s, i, horizon)
+                    segments = self._segments(s, i)
                     for index, (lo, hi, demand) in enumerate(segments):
                         if demand <= 0:
                             continue
@@ -181,9 +184,9 @@ class _Model:
             m.add_cumulative(parts, demands, cap - base)
             m.add(sum(area) <= cap * P)  # redundant: the average holding over the circle is within the cap
 
-    def _segments(self, s: int, i: int, horizon: int) -> list:
+    def _segments(self, s: int, i: int) -> list:
         """What (stage s, microbatch i) holds: (from, to, demand) in model units."""
-        p, sc, m = self.problem, self.scaling, self.model
+        p, sc, m, horizon = self.problem, self.scaling, self.model, self.horizon
         a, h = sc.activation[s], sc.weight_hold[s] if p.split_backward else 0
         f_start, b_end = self.start[Op(_F, s, i)], self.end[Op(_B, s, i)]
         segments = []
@@ -233,7 +236,7 @@ def solve_block(problem: Problem, scaling: Scaling, size: int, period: int, seco
     offset = {op: solver.value(start) for op, start in model.start.items()
               if not op.kind.is_transfer or (op.stage, op.microbatch) in offloaded}
     end = {op: x + scaling.duration[(op.kind, op.stage)] for op, x in offset.items()}
-    return Block(size, period, offset, end, offloaded, solver.value(model.length)), proven
+    return Block(size, period, offset, end, offloaded), proven
 
 
 def _horizon(problem: Problem, scaling: Scaling, size: int, period: int) -> int:
@@ -246,14 +249,11 @@ def _horizon(problem: Problem, scaling: Scaling, size: int, period: int) -> int:
 def unroll(problem: Problem, scaling: Scaling, block: Block) -> list[ScheduledOp]:
     """The block's ops for every microbatch of ``problem`` (user units; transfers move the full share)."""
     ops = []
-    for j in range(problem.microbatches):
-        i, shift = j % block.size, j // block.size * block.period
-        for op, offset in block.offset.items():
-            if op.microbatch != i:
-                continue
-            kind, s = op.kind, op.stage
-            t = scaling.to_time(offset + shift)
-            amount = problem.max_offload(s) if kind.is_transfer else 0.0
+    for op, offset in block.offset.items():
+        kind, s = op.kind, op.stage
+        amount = problem.max_offload(s) if kind.is_transfer else 0.0
+        for j in range(op.microbatch, problem.microbatches, block.size):
+            t = scaling.to_time(offset + j // block.size * block.period)
             ops.append(ScheduledOp(kind, s, j, problem.placement[s], t, t + problem.duration(kind, s, amount), amount))
     return ops
 
@@ -275,36 +275,18 @@ class BlockSearch:
 def serial_block(problem: Problem, scaling: Scaling, size: int) -> Block:
     """A block that always exists: each microbatch's ops one after another (F down, B back up,
     each W right after its B), the next microbatch once the last one has ended; no offload."""
+    S, table = problem.num_stages, dependency_table(problem, problem.kinds)
+    chain = [(_F, s) for s in range(S)] + [(k, s) for s in reversed(range(S)) for k in problem.kinds if k is not _F]
     offset, end, t = {}, {}, 0
-    S = problem.num_stages
     for i in range(size):
-        chain = [(_F, s) for s in range(S)] + [(k, s) for s in reversed(range(S)) for k in problem.kinds if k is not _F]
-        for index, (kind, s) in enumerate(chain):
-            if index and kind is not _W:
-                previous = chain[index - 1]
-                if previous[0] is _W:
-                    previous = chain[index - 2]
-                if problem.placement[previous[1]] != problem.placement[s]:
-                    t += scaling.time(problem.p2p)
+        for kind, s in chain:
             op = Op(kind, s, i)
-            offset[op], t = t, t + scaling.duration[(kind, s)]
-            end[op] = t
-    return Block(size, t, offset, end, (), t)
-
-
-def _fits(problem: Problem, scaling: Scaling) -> bool:
-    """Whether the serial block keeps the caps: a device holds every activation of its stages at once."""
-    return all(cap is None or sum(scaling.activation[s] for s in stages) <= cap
-               for cap, stages in zip(scaling.capacity, problem.stages_of_device))
-
-
-@dataclass
-class BlockSearch:
-    """What :func:`search_blocks` tried: (size, period, makespan in model units or None, proven) per try."""
-
-    tries: list[tuple[int, int, int | None, bool]]
-    best: Block | None
-
+            for dep in table[(kind, s)]:
+                if dep.op(i) in end:
+                    t = max(t, end[dep.op(i)] + scaling.time(dep.lag))
+            offset[op] = t
+            t = end[op] = t + scaling.duration[(kind, s)]
+    return Block(size, t, offset, end, ())
 
 def search_blocks(problem: Problem, seconds: float, offload: bool = True, threads: int = 8, seed: int = 0,
                   scaling: Scaling | None = None, sizes=(1, 2), per_try: float | None = None) -> BlockSearch:
@@ -349,14 +331,3 @@ def search_blocks(problem: Problem, seconds: float, offload: bool = True, thread
                 low = middle
     return BlockSearch(tries, best)
 
-
-def block_schedule(problem: Problem, seconds: float, offload: bool = True, threads: int = 0,
-                   seed: int = 0) -> Schedule | None:
-    """The best block's schedule for ``problem`` (unchecked: the caller checks), or None."""
-    scaling = build_scaling(problem)
-    found = search_blocks(problem, seconds, offload, threads, seed, scaling)
-    if found.best is None:
-        return None
-    b = found.best
-    params = {"size": b.size, "period": scaling.to_time(b.period), "offloaded": len(b.offloaded)}
-    return make_schedule(problem, unroll(problem, scaling, b), "block", params=params)
