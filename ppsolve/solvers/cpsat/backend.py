@@ -9,6 +9,7 @@ CP-SAT's deterministic time.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -30,6 +31,7 @@ DETERMINISTIC_PER_SECOND = 0.06
 WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
 WINDOW_PARAMETERS = {"linearization_level": 2}
+FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
            cp_model.INFEASIBLE: Status.INFEASIBLE}
@@ -53,6 +55,7 @@ class _Model:
     peaks: list = field(default_factory=list)
     peak_upper: list = field(default_factory=list)
     weight: int = 1  # MEMORY: objective = weight * max peak + sum of peaks
+    ends: list = field(default_factory=list)  # a window: its free compute ops' ends (the second step's objective)
 
 
 def _build(task: PhaseTask) -> _Model:
@@ -108,8 +111,8 @@ def _build_window(task: PhaseTask) -> _Model:
     constraints.device_no_overlap(v)
     constraints.transfers(v)
     constraints.memory(v, sc.capacity)
-    objective.minimise_window(v, {op: sc.time(t, up=True, tolerance=SNAP) for op, t in window.tails.items()})
-    m = _Model(model, v)
+    ends = objective.window_paths(v, {op: sc.time(t, up=True, tolerance=SNAP) for op, t in window.tails.items()})
+    m = _Model(model, v, ends=ends)
     _hint_window(m, window)
     return m
 
@@ -273,30 +276,79 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
             setattr(params, key, value)
 
 
+@dataclass
+class _Search:
+    """One CP-SAT search of a model: its status, incumbents (key values, best last) and limits."""
+
+    status: Status
+    values: list[dict[int, int]]
+    bound: int | None
+    objective: int | None  # the best solution's objective value
+    interrupted: bool
+    abandoned: bool
+    by_clock: bool
+    work: float
+
+
+def _search(m: _Model, task: PhaseTask, limit: Limit) -> _Search:
+    solver = cp_model.CpSolver()
+    _parameters(solver, task, limit)
+    recorder = _Recorder(_key_vars(m), task, m.weight)
+    solver.best_bound_callback = recorder.on_bound
+    code, interrupted, abandoned = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
+                                                    limit.until + task.budget.reserve / 2)
+    status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
+    values = list(recorder.history)
+    bound = best = None
+    if status.solved:
+        values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
+        bound = int(recorder.primary(solver.best_objective_bound))
+        best = int(solver.objective_value)
+    # ended by the wall clock (its time limit, or our stop) rather than a proof or the deterministic limit
+    proven = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+    by_clock = abandoned or (not proven and not interrupted and code is not None
+                             and solver.deterministic_time < 0.99 * solver.parameters.max_deterministic_time)
+    work = solver.deterministic_time / DETERMINISTIC_PER_SECOND if code is not None else 0.0  # no response: none
+    return _Search(status, values, bound, best, interrupted, abandoned, by_clock, work)
+
+
 def run_phase(task: PhaseTask) -> PhaseAnswer:
     try:
         m = _build(task)
     except EmptyWindow:  # a free op has no room between its bounds after rounding
         return PhaseAnswer(Status.INFEASIBLE)
-    solver = cp_model.CpSolver()
-    _parameters(solver, task, task.limit)
-    recorder = _Recorder(_key_vars(m), task, m.weight)
-    solver.best_bound_callback = recorder.on_bound
-    code, interrupted, abandoned = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
-                                            task.limit.until + task.budget.reserve / 2)
-    status = _STATUS.get(cp_model.UNKNOWN if code is None else code, Status.UNKNOWN)
-    values = list(recorder.history)
-    bound = None
-    if status.solved:
-        values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
-        bound = int(recorder.primary(solver.best_objective_bound))
-    # ended by the wall clock (its time limit, or our stop) rather than a proof or the deterministic limit
-    proven = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-    by_clock = abandoned or (not proven and not interrupted and code is not None
-                             and solver.deterministic_time < 0.99 * solver.parameters.max_deterministic_time)
-    if task.window is not None:  # only the best: the driver composes and checks it
-        solutions = [_window_ops(m, task.window, values[-1])] if status.solved else []
-    else:
-        solutions = [_model_ops(m, x) for x in values]
-    work = solver.deterministic_time / DETERMINISTIC_PER_SECOND if code is not None else 0.0  # no response: none
-    return PhaseAnswer(status, solutions, bound, interrupted, abandoned, by_clock=by_clock, work=work)
+    if task.window is not None:
+        return _run_window(m, task)
+    r = _search(m, task, task.limit)
+    return PhaseAnswer(r.status, [_model_ops(m, x) for x in r.values], r.bound, r.interrupted, r.abandoned,
+                       by_clock=r.by_clock, work=r.work)
+
+
+def _run_window(m: _Model, task: PhaseTask) -> PhaseAnswer:
+    """A window in two steps: the least longest path through it (its status is the answer's: optimal
+    when that is proven), then, at that path, the free ops as early as they can be, for at most
+    ``FLOW_SHARE`` of the window's time (a placement that ends its ops earlier gives later windows
+    room). One weighted objective did both at once, and CP-SAT then spent its time on the sum of
+    the ends without proving the path: windows stayed small (docs/solver.md)."""
+    first = _search(m, task, task.limit)
+    answer = PhaseAnswer(first.status, [], first.bound, first.interrupted, first.abandoned,
+                         by_clock=first.by_clock, work=first.work)
+    if not first.status.solved:
+        return answer
+    best = first.values[-1]
+    limit = task.limit
+    if not (first.interrupted or first.abandoned) and limit.until - time.monotonic() > 0.01:
+        det = None if limit.deterministic is None else max(0.0, FLOW_SHARE * limit.deterministic)
+        objective.minimise_flow(m.v, m.ends, first.objective)
+        m.model.clear_hints()
+        for var in _key_vars(m):
+            m.model.add_hint(var, best[var.Index()])
+        now = time.monotonic()
+        second = _search(m, task, Limit(now + FLOW_SHARE * (limit.until - now), det))
+        answer.work += second.work
+        answer.interrupted, answer.abandoned = second.interrupted, second.abandoned
+        answer.by_clock = answer.by_clock or second.by_clock
+        if second.status.solved:
+            best = second.values[-1]
+    answer.solutions = [_window_ops(m, task.window, best)]
+    return answer

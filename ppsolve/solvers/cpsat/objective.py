@@ -41,10 +41,10 @@ def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int],
     return worst
 
 
-def minimise_window(v: Variables, tails: dict) -> None:
-    """A window (``ppsolve.solvers.window``): min n * C + sum of E(o) over its n free compute ops,
-    with C >= E(o) + tail(o) for every free op o (an added transfer's only when it is chosen):
-    the longest path through the window first, then every op as early as it can be."""
+def window_paths(v: Variables, tails: dict) -> list[cp_model.IntVar]:
+    """A window (``ppsolve.solvers.window``): C >= E(o) + tail(o) for every free op o (an added
+    transfer's only when it is chosen), so that C is the longest path through the window; min C.
+    Returns the ends E(o) of the free compute ops, the second objective (:func:`minimise_flow`)."""
     ends = []
     for op, end in v.end.items():
         if op in tails and not isinstance(end, int):
@@ -57,4 +57,12 @@ def minimise_window(v: Variables, tails: dict) -> None:
                 constraint = v.model.add(v.makespan >= end + tails[op])
                 if t.present is not None:
                     constraint.only_enforce_if(t.present)
-    v.model.minimize(len(ends) * v.makespan + cp_model.LinearExpr.sum(ends))
+    v.model.minimize(v.makespan)
+    return ends
+
+
+def minimise_flow(v: Variables, ends: list[cp_model.IntVar], path: int) -> None:
+    """A window's second step: the longest path through it at most ``path`` (the first step's
+    least), every op as early as it can be (min the sum of the ends)."""
+    v.model.add(v.makespan <= path)
+    v.model.minimize(cp_model.LinearExpr.sum(ends))
