@@ -326,25 +326,29 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
 
 def _run_window(m: _Model, task: PhaseTask) -> PhaseAnswer:
     """A window in two steps: the least longest path through it (its status is the answer's: optimal
-    when that is proven), then, at that path, the free ops as early as they can be, for at most
-    ``FLOW_SHARE`` of the window's time (a placement that ends its ops earlier gives later windows
-    room). One weighted objective did both at once, and CP-SAT then spent its time on the sum of
-    the ends without proving the path: windows stayed small (docs/solver.md)."""
+    when that is proven), then, at that path, the free ops as early as they can be, for
+    ``FLOW_SHARE`` of the window's time left (wall clock; in deterministic mode of its deterministic
+    work left): a placement that ends its ops earlier gives later windows room. One weighted
+    objective did both at once, and CP-SAT then spent the window's time on the sum of the ends
+    without proving the path, so windows stayed small (docs/solver.md)."""
     first = _search(m, task, task.limit)
     answer = PhaseAnswer(first.status, [], first.bound, first.interrupted, first.abandoned,
                          by_clock=first.by_clock, work=first.work)
     if not first.status.solved:
         return answer
     best = first.values[-1]
-    limit = task.limit
-    if not (first.interrupted or first.abandoned) and limit.until - time.monotonic() > 0.01:
-        det = None if limit.deterministic is None else max(0.0, FLOW_SHARE * limit.deterministic)
+    limit, now = task.limit, time.monotonic()
+    if limit.deterministic is None:
+        second_limit = Limit(now + FLOW_SHARE * (limit.until - now)) if limit.until - now > 0.01 else None
+    else:  # the clock only as the guard, so that the step is reproducible
+        det = FLOW_SHARE * (limit.deterministic - first.work)
+        second_limit = Limit(limit.until, det) if det > 0 and limit.until > now else None
+    if second_limit is not None and not (first.interrupted or first.abandoned):
         objective.minimise_flow(m.v, m.ends, first.objective)
         m.model.clear_hints()
         for var in _key_vars(m):
             m.model.add_hint(var, best[var.Index()])
-        now = time.monotonic()
-        second = _search(m, task, Limit(now + FLOW_SHARE * (limit.until - now), det))
+        second = _search(m, task, second_limit)
         answer.work += second.work
         answer.interrupted, answer.abandoned = second.interrupted, second.abandoned
         answer.by_clock = answer.by_clock or second.by_clock
