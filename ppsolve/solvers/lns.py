@@ -55,7 +55,7 @@ class LnsResult:
     best: Schedule
     windows: int = 0
     improved: int = 0
-    optimal: int = 0  # windows solved to optimality
+    optimal: int = 0  # windows whose longest path was proven least (the first of their two steps)
     infeasible: int = 0  # windows without a solution (after rounding the fixed ops' times)
     interrupted: bool = False
     by_clock: bool = False  # deterministic mode: the wall clock, not the work limit, ended a window or the search
