@@ -193,8 +193,13 @@ def _hint_from_schedule(m: _Model, schedule: Schedule) -> None:
     ends = [values[e.Index()] for e in v.end.values() if e.Index() in values]
     if ends:
         values[v.makespan.Index()] = max(ends)
+    _hint_values(m, _all_vars(m), values)
+
+
+def _hint_values(m: _Model, variables: list, values: dict[int, int]) -> None:
+    """Replace the model's hints by ``values`` (by variable index) of those of ``variables`` it has."""
     m.model.clear_hints()
-    for var in _all_vars(m):
+    for var in variables:
         if var.Index() in values:
             m.model.add_hint(var, values[var.Index()])
 
@@ -293,7 +298,8 @@ class _Search:
 def _search(m: _Model, task: PhaseTask, limit: Limit) -> _Search:
     solver = cp_model.CpSolver()
     _parameters(solver, task, limit)
-    recorder = _Recorder(_key_vars(m), task, m.weight)
+    keys = _key_vars(m)
+    recorder = _Recorder(keys, task, m.weight)
     solver.best_bound_callback = recorder.on_bound
     code, interrupted, abandoned = search_in_thread(lambda: solver.solve(m.model, recorder), solver.stop_search,
                                                     limit.until + task.budget.reserve / 2)
@@ -301,7 +307,7 @@ def _search(m: _Model, task: PhaseTask, limit: Limit) -> _Search:
     values = list(recorder.history)
     bound = best = None
     if status.solved:
-        values.append({var.Index(): solver.value(var) for var in _key_vars(m)})
+        values.append({var.Index(): solver.value(var) for var in keys})
         bound = int(recorder.primary(solver.best_objective_bound))
         best = int(solver.objective_value)
     # ended by the wall clock (its time limit, or our stop) rather than a proof or the deterministic limit
@@ -345,9 +351,7 @@ def _run_window(m: _Model, task: PhaseTask) -> PhaseAnswer:
         second_limit = Limit(limit.until, det) if det > 0 and limit.until > now else None
     if second_limit is not None and not (first.interrupted or first.abandoned):
         objective.minimise_flow(m.v, m.ends, first.objective)
-        m.model.clear_hints()
-        for var in _key_vars(m):
-            m.model.add_hint(var, best[var.Index()])
+        _hint_values(m, _key_vars(m), best)
         second = _search(m, task, second_limit)
         answer.work += second.work
         answer.interrupted, answer.abandoned = second.interrupted, second.abandoned
