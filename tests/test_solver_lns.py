@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ppsolve.checker import check
@@ -129,3 +131,22 @@ def test_a_window_proves_its_least_path_then_ends_its_ops_earlier(monkeypatch):
     path_first, flow_first = window.measure(first_only.solutions[-1])
     assert path == pytest.approx(path_first) and path < window.current - 1e-9  # serial leaves room
     assert flow < flow_first - 1e-9  # here the first step's placement leaves ops later than they could end
+
+
+def test_a_window_spans_every_device_up_to_all_devices_and_beyond_some_take_a_block(monkeypatch):
+    problem = make_problem(devices=6, microbatches=6)
+    inc = Incumbent(_serial(problem))
+    monkeypatch.setattr(lns, "ALL_DEVICES", 6)
+    rng = random.Random(0)
+    picks = [lns._pick(inc, rng, 10) for _ in range(40)]
+    assert all(devices == tuple(range(6)) for devices, _, _ in picks)
+    for _, t0, t1 in picks:
+        assert 0 <= t0 < t1 <= inc.makespan
+
+    monkeypatch.setattr(lns, "ALL_DEVICES", 5)
+    monkeypatch.setattr(lns, "BLOCK", 2)
+    picks = [lns._pick(inc, rng, 10)[0] for _ in range(40)]
+    blocks = [devices for devices in picks if devices != tuple(range(6))]
+    assert blocks and len(blocks) < len(picks)  # about half of them
+    for devices in blocks:
+        assert len(devices) == 2 and devices[1] == devices[0] + 1 and 0 <= devices[0] <= 4
