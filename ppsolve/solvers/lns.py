@@ -45,7 +45,8 @@ OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the sche
 MAX_BATCH = 12  # ... up to this many
 ORDERS = True  # without transfers, ops after a window keep their order rather than their times
 # up to this many devices a window spans all of them; beyond, half its windows take a block (at d = 32,
-# windows over all devices did better than half over blocks of 8 on all three problems tried: docs/solver.md)
+# windows over all devices did better on three of the four problems measured, 1 % worse on the linear one
+# with offload: docs/solver.md)
 ALL_DEVICES = 32
 BLOCK = 8  # devices in a block window
 
