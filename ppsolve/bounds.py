@@ -244,8 +244,10 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     run: the activation less what is on host; W alone: the weight hold). So:
 
     - memory: the forwards before t_B, and the B and W after t*, fit the cap as a knapsack
-      (``ppsolve.idle.most_work``): idle before t_B >= EB - that work; idle after t* >= the least
-      tail after an F - that work;
+      (``ppsolve.idle.most_work``): idle before t_B >= t_B - that work; idle after t* >= the least
+      tail after an F - that work. Before t_B, k forwards of one stage end no sooner than its
+      earliest F start plus k of them, so t_B also limits how many of each stage can be there
+      (``_forwards_before_first_b``);
     - host link: past the cap, activation must leave for host before the next forward may start,
       and each share leaves only after its forward ends, at d2h over one lane; read backwards in
       time, the last B's need their shares back, at h2d, before they start
@@ -271,10 +273,34 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
                                   for k, bw, h, w in zip(kept, x.BW, x.hold, x.W)], cap))
     link = problem.offload if problem.can_offload else None
-    before = max(head, first_b - front, _before_first_b(x, m, cap, head, first_b, link.d2h if link else 0.0))
+    heads = [chains.f_head[s] for s in stages]
+    timed = _forwards_before_first_b(x, heads, m, kept, cap - min(x.offload), first_b)
+    before = max(head, timed, _before_first_b(x, m, cap, head, first_b, link.d2h if link else 0.0))
     b_tail = min(chains.b_tail[s] for s in stages)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
     return load + (before + after if front < all_f - 1e-9 else max(before, after))
+
+
+def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: list[float], budget: float,
+                             first_b: float) -> float:
+    """Least idle before t_B (over t_B >= EB): t_B less the most forward work that can run before it.
+
+    That work fits the cap (each forward still holds its kept share at t_B) and, per stage, counts
+    at most the forwards that can end by t_B: the k-th of a stage ends no sooner than its earliest F
+    start + k F. ``t_B - work`` only rises between the times where one more forward fits, so the
+    least is at EB or at one of those times (tried while one more could still fit the cap).
+    """
+    def ended(t: float, h: float, f: float) -> int:  # forwards of a stage that can have ended by t
+        return m if f <= 0 else max(0, min(m, math.floor((t - h) / f + 1e-9)))
+
+    def most_before(t: float) -> float:
+        return most_work([Group(ended(t, h, f), ((k, f),)) for h, f, k in zip(heads, x.F, kept)], budget)
+
+    times = {first_b}
+    for h, f, k in zip(heads, x.F, kept):
+        fits = 0 if f <= 0 else m if k <= 0 else min(m, math.floor(budget / k + 1e-9) + 1)
+        times.update(t for t in (h + n * f for n in range(1, fits + 1)) if t > first_b)
+    return min(t - most_before(t) for t in times)
 
 
 def _before_first_b(x: _DeviceData, m: int, cap: float, head: float, first_b: float, d2h: float) -> float:

@@ -3,8 +3,9 @@ waiting on a device under a memory budget, and the least of a convex piecewise-l
 
 Work under a budget is a knapsack: groups (one per stage) of items (weight = memory an op's
 microbatch holds, value = the op's duration), at most ``count`` items per group. Any valid upper
-bound on its optimum keeps the idle bounds valid; :func:`most_work` is exact for one group and the
-linear relaxation otherwise.
+bound on its optimum keeps the idle bounds valid; :func:`most_work` is exact for one group, and for
+several groups of one item each while their counts are few enough to enumerate, and the linear
+relaxation otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 _EPS = 1e-9
+EXACT_CHOICES = 4096  # several one-item groups: enumerated exactly up to this many combinations
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,39 @@ def most_work(groups: list[Group], budget: float) -> float:
     budget = max(budget, 0.0)
     if len(groups) == 1 and len(groups[0].items) <= 2:
         return _one_group(groups[0], budget)
+    if all(len(g.items) == 1 for g in groups):
+        counts = [_usable(g, budget) for g in groups]
+        if math.prod(c + 1 for c in counts[:-1]) <= EXACT_CHOICES:
+            return _one_item_groups([(c, *g.items[0]) for c, g in zip(counts, groups)], budget)
     return min(lam * budget + rest for lam, rest in dual_lines(groups))
+
+
+def _usable(group: Group, budget: float) -> int:
+    """How many items of a one-item group the budget could hold at most."""
+    w = group.items[0][0]
+    return group.count if w <= 0 else min(group.count, math.floor(budget / w + _EPS))
+
+
+def _one_item_groups(items: list[tuple[int, float, float]], budget: float) -> float:
+    """Exact for groups of one item each, as (count, weight, value): every count of all but the
+    last group, the last filled up."""
+    *rest, (c_last, w_last, v_last) = items
+    best = 0.0
+
+    def fill(i: int, left: float, value: float) -> None:
+        nonlocal best
+        if i == len(rest):
+            x = c_last if w_last <= 0 else min(c_last, math.floor(left / w_last + _EPS))
+            best = max(best, value + max(0, x) * v_last)
+            return
+        count, w, v = rest[i]
+        for x in range(count + 1):
+            if x * w > left + _EPS:
+                break
+            fill(i + 1, left - x * w, value + x * v)
+
+    fill(0, budget, 0.0)
+    return best
 
 
 def _one_group(group: Group, budget: float) -> float:

@@ -108,3 +108,14 @@ def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
         result = solve(problem, SolveOptions(time_limit=10, threads=1))
     if result.status == "optimal":
         assert max(makespan_lower_bound(problem).sequence_bounds) <= result.schedule.makespan + 1e-9
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spaced_problems())
+def test_idle_bound_never_exceeds_a_proven_optimum(problem):
+    # the forced-idle figure on its own (its forwards before the first B limited by their earliest
+    # ends as well as by the cap), with the solver's cut switched off
+    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
+        result = solve(problem, SolveOptions(time_limit=10, threads=1))
+    if result.status == "optimal":
+        assert max(makespan_lower_bound(problem).idle_bounds) <= result.schedule.makespan + 1e-9

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from ppsolve.admission import admission_starts
-from ppsolve.bounds import (critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
+from ppsolve.bounds import (MakespanBound, critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
                             require_feasible_capacity)
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
@@ -152,8 +153,33 @@ def test_most_work_is_exact_for_one_stage_and_bounds_several():
     # one stage: items (2, 2000) and (1, 1000), at most 8, budget 8: 8000 (e.g. 8 of the second)
     assert most_work([Group(8, ((2, 2000), (1, 1000)))], 8) == 8000
     assert most_work([Group(8, ((2, 1000),))], 7) == 3000
-    # two stages: the linear relaxation (here 3.5 items of value 1000 at weight 2)
-    assert most_work([Group(8, ((2, 1000),)), Group(8, ((2, 1000),))], 7) == pytest.approx(3500)
+    # two stages of one item each: exact (3 items of weight 2 fit 7, not the relaxation's 3.5), and
+    # the counts matter: one item of the heavier stage and the rest of the lighter
+    assert most_work([Group(8, ((2, 1000),)), Group(8, ((2, 1000),))], 7) == 3000
+    assert most_work([Group(1, ((0.75, 8),)), Group(32, ((0.5, 3.5),))], 5) == pytest.approx(36)
+    # several stages with two items each: the linear relaxation (here 3.5 items of value 1000)
+    two = ((2, 1000), (3, 1000))
+    assert most_work([Group(8, two), Group(8, two)], 7) == pytest.approx(3500)
+
+
+def test_forwards_before_the_first_b_are_limited_by_their_earliest_ends():
+    # V-shape, 2 devices: device 0 holds the light first stage (F 2, activation 1) and the heavy last
+    # one (F 6, activation 2), cap 5; its load is 88. Its first B (of stage 3) starts no sooner than
+    # 2 + 1 + 3 + 3 + 1 + 6 = 16. By the cap alone, two F of stage 3 and one of stage 0 (14 of work)
+    # could run before it: idle >= 2, bound 90. But the second F of stage 3 cannot end before
+    # 10 + 2 x 6 = 22, so by 16 at most one F of stage 3 and three of stage 0 fit (12): idle >= 4,
+    # bound 92 (and waiting until 22 to fit the second leaves no less idle). The optimum, proven
+    # with the solver's own cut switched off, is 92.
+    problem = problem_from_dict({
+        "format": "ppsolve/problem@1", "devices": 2, "microbatches": 4, "chunks": 2, "placement": "vshape",
+        "backward": "split", "time": {"forward": [2, 3, 3, 6], "backward_input": [2, 3, 3, 7],
+                                      "backward_weight": [1, 2, 2, 4], "p2p": 1},
+        "memory": {"activation": [1, 1, 1, 2], "weight_hold": [0.5, 0.5, 0.5, 1], "capacity": 5}})
+    bound = makespan_lower_bound(problem)
+    assert bound.idle_bounds[0] == pytest.approx(92) and bound.value == pytest.approx(92)
+    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
+        result = solve(problem, SolveOptions(time_limit=30, threads=1))
+    assert result.status == "optimal" and result.schedule.makespan == pytest.approx(92)
 
 
 def test_admission_spaces_the_microbatches_by_the_cap_of_stage_0s_device():
