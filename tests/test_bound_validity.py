@@ -3,15 +3,12 @@ bound's own cut switched off) with offload, on small random problems with tight 
 
 from __future__ import annotations
 
-from unittest import mock
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppsolve.bounds import MakespanBound, makespan_lower_bound, min_capacity
+from ppsolve.bounds import makespan_lower_bound, min_capacity
 from ppsolve.problem import Problem, problem_from_dict
-from ppsolve.solvers import SolveOptions, solve
-from tests.solver_cases import brute_force
+from tests.solver_cases import brute_force, proven_optimum
 
 
 @st.composite
@@ -55,12 +52,10 @@ def test_bound_never_exceeds_the_brute_force_optimum(problem):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(offload=True))
 def test_bound_never_exceeds_a_proven_optimum_with_offload(problem):
-    # The solver's cut (makespan >= the bound) is switched off, so a bound that were too high could not
-    # steer the search; the model offloads whole shares only, so its optimum is at or above the true one.
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=10, threads=1))
-    if result.status == "optimal":
-        assert makespan_lower_bound(problem).value <= result.schedule.makespan + 1e-9
+    # the model offloads whole shares only, so its optimum is at or above the true one
+    best = proven_optimum(problem)
+    if best is not None:
+        assert makespan_lower_bound(problem).value <= best + 1e-9
 
 
 @st.composite
@@ -93,29 +88,26 @@ def spaced_problems(draw, offload: bool = True) -> Problem:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems())
 def test_admission_bound_never_exceeds_a_proven_optimum(problem):
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=10, threads=1))
-    if result.status == "optimal":
-        assert max(makespan_lower_bound(problem).admission_bounds) <= result.schedule.makespan + 1e-9
+    best = proven_optimum(problem)
+    if best is not None:
+        assert max(makespan_lower_bound(problem).admission_bounds) <= best + 1e-9
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems(offload=False))
 def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
-    # the in-order bound (ppsolve.sequence_bound) on its own, with the solver's cut switched off;
+    # the in-order bound (ppsolve.sequence_bound) on its own;
     # by hand on 300 such problems it was the largest figure in 10 and never above the optimum
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=10, threads=1))
-    if result.status == "optimal":
-        assert max(makespan_lower_bound(problem).sequence_bounds) <= result.schedule.makespan + 1e-9
+    best = proven_optimum(problem)
+    if best is not None:
+        assert max(makespan_lower_bound(problem).sequence_bounds) <= best + 1e-9
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems())
 def test_idle_bound_never_exceeds_a_proven_optimum(problem):
     # the forced-idle figure on its own (its forwards before the first B limited by their earliest
-    # ends as well as by the cap), with the solver's cut switched off
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=10, threads=1))
-    if result.status == "optimal":
-        assert max(makespan_lower_bound(problem).idle_bounds) <= result.schedule.makespan + 1e-9
+    # ends as well as by the cap)
+    best = proven_optimum(problem)
+    if best is not None:
+        assert max(makespan_lower_bound(problem).idle_bounds) <= best + 1e-9

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
 from ppsolve.admission import admission_starts
-from ppsolve.bounds import (MakespanBound, critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
+from ppsolve.bounds import (critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
                             require_feasible_capacity)
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
@@ -20,6 +19,7 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from ppsolve.solvers import SolveOptions, solve
 from tests.helpers import make_problem, serial_orders
+from tests.solver_cases import proven_optimum
 
 INSTANCES = Path(__file__).resolve().parents[1] / "instances"
 
@@ -177,9 +177,7 @@ def test_forwards_before_the_first_b_are_limited_by_their_earliest_ends():
         "memory": {"activation": [1, 1, 1, 2], "weight_hold": [0.5, 0.5, 0.5, 1], "capacity": 5}})
     bound = makespan_lower_bound(problem)
     assert bound.idle_bounds[0] == pytest.approx(92) and bound.value == pytest.approx(92)
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=30, threads=1))
-    assert result.status == "optimal" and result.schedule.makespan == pytest.approx(92)
+    assert proven_optimum(problem, time_limit=30) == pytest.approx(92)
 
 
 def test_admission_spaces_the_microbatches_by_the_cap_of_stage_0s_device():
