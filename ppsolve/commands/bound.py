@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ppsolve.bounds import capacity_shortfalls, makespan_lower_bound, min_capacity
+from ppsolve.errors import InputError
 from ppsolve.problem import load_problem
 
 
@@ -13,18 +14,53 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("bound", help="lower bound on the makespan and the least memory cap that works")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--split", type=float, metavar="S", default=None,
+                        help="also the split bound: CP-SAT proves smaller problems for up to S seconds "
+                             "(no offload; docs/solver.md)")
+    parser.add_argument("--threads", type=int, metavar="N", default=None,
+                        help="CP-SAT threads of --split (default: all cores)")
     return parser
+
+
+def _split_json(split) -> dict | None:
+    if split is None:
+        return None
+    best = split.best
+    return {"value": best.value if best else None, "reason": split.reason, "seconds": split.seconds,
+            "tried": [{"head": s.head, "entry": s.entry, "rest": s.rest, "value": s.value, "proven": s.proven}
+                      for s in split.tried]}
+
+
+def _split_line(split, m: int) -> str:
+    if split.best is None:
+        return f"  split into smaller problems: not tried ({split.reason})"
+    b = split.best
+    return (f"  split into smaller problems (CP-SAT, {split.seconds:.0f} s): {b.value:g} (the last F(0) of "
+            f"{b.head} microbatches starts no sooner than {b.entry:g}; the other {m - b.head + 1} take at least "
+            f"{b.rest:g})")
 
 
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
+    if args.split is not None and not args.split > 0:
+        raise InputError("split", f"must be > 0 seconds, got {args.split:g}")
+    if args.threads is not None and args.threads < 1:
+        raise InputError("threads", f"must be >= 1, got {args.threads}")
     bound = makespan_lower_bound(problem)
+    split = None
+    if args.split is not None:
+        from ppsolve.solvers.split_bound import split_bound  # CP-SAT: imported only when asked for
+
+        split = split_bound(problem, args.split, args.threads)
+    raised = split is not None and split.best is not None and split.best.value > bound.value * (1 + 1e-9)
+    value = split.best.value if raised else bound.value
     no_off = min_capacity(problem, offload=False)
     with_off = min_capacity(problem, offload=True) if problem.can_offload else None
     short = capacity_shortfalls(problem)
     if args.json:
         print(json.dumps({
-            "makespan_lower_bound": bound.value, "binding": bound.binding,
+            "makespan_lower_bound": value, "binding": "split" if raised else bound.binding,
+            "split": _split_json(split),
             "device_bounds": list(bound.device_bounds), "memory_bounds": list(bound.memory_bounds),
             "idle_bounds": list(bound.idle_bounds), "admission_bounds": list(bound.admission_bounds),
             "sequence_bounds": list(bound.sequence_bounds),
@@ -33,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
             "capacity": list(problem.capacity), "feasible": not short,
         }, indent=1))
         return 0
-    print(f"makespan >= {bound.value:g}  ({bound.binding})")
+    binding = "split into smaller problems, proven by CP-SAT" if raised else bound.binding
+    print(f"makespan >= {value:g}  ({binding})")
     print(f"  critical path of one microbatch: {bound.critical_path:g}")
     print("  per device (head + load + tail): " + ", ".join(f"{b:g}" for b in bound.device_bounds))
     if any(bound.memory_bounds):
@@ -48,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if any(bound.sequence_bounds):
         print("  per device (its ops with microbatches in order, earliest starts and tails, one machine): "
               + ", ".join(f"{b:g}" for b in bound.sequence_bounds))
+    if split is not None:
+        print(_split_line(split, problem.microbatches))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
           + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)

@@ -66,12 +66,7 @@ def _build(task: PhaseTask) -> _Model:
     use_offload = options.offload and problem.can_offload
     upper = task.makespan_cap if task.makespan_cap is not None else task.horizon
     v = build_variables(model, problem, scaling, use_offload, upper, budget.check)
-    budget.check()
-    constraints.precedences(v)
-    budget.check()
-    constraints.device_no_overlap(v)
-    constraints.transfers(v)
-    budget.check()
+    add_order_constraints(v, budget.check)
     m = _Model(model, v)
     if task.phase is Phase.MEMORY:
         for d, (low, high) in enumerate(peak_ranges(problem, scaling)):
@@ -81,12 +76,7 @@ def _build(task: PhaseTask) -> _Model:
     else:
         constraints.memory(v, scaling.capacity)
     budget.check()
-    if options.symmetry:
-        constraints.symmetry(v)
-        if not v.transfers and task.phase is not Phase.MEMORY:
-            constraints.memory_precedences(v, scaling.capacity)
-    constraints.makespan(v, min(task.lower_bound, v.horizon), fifo=options.symmetry)
-    constraints.tail_cuts(v, fifo=options.symmetry)
+    add_cuts(v, options.symmetry, task.phase is not Phase.MEMORY, task.lower_bound)
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OFFLOAD:
@@ -99,6 +89,28 @@ def _build(task: PhaseTask) -> _Model:
     if task.hint is not None:
         _hint_from_schedule(m, task.hint)
     return m
+
+
+def add_order_constraints(v: Variables, check=lambda: None) -> None:
+    """Dependencies, one compute op at a time per device, the host links' lanes."""
+    check()
+    constraints.precedences(v)
+    check()
+    constraints.device_no_overlap(v)
+    constraints.transfers(v)
+    check()
+
+
+def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> None:
+    """What loses no optimum (``symmetry``: microbatches in order; ``capped``: the cap's
+    precedences, which need the cap, not a peak variable), the makespan with its cut at
+    ``lower_bound`` (model units) and the tail cuts."""
+    if symmetry:
+        constraints.symmetry(v)
+        if not v.transfers and capped:
+            constraints.memory_precedences(v, v.scaling.capacity)
+    constraints.makespan(v, min(lower_bound, v.horizon), fifo=symmetry)
+    constraints.tail_cuts(v, fifo=symmetry)
 
 
 def _build_window(task: PhaseTask) -> _Model:

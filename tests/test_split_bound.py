@@ -1,0 +1,70 @@
+"""The split bound (``ppsolve.solvers.split_bound``): above the per-device figures where the middle
+devices' collisions matter, never above a proven optimum, and refused where it is no relaxation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from ppsolve.bounds import makespan_lower_bound
+from ppsolve.cli import main
+from ppsolve.problem import problem_from_dict
+from ppsolve.solvers.split_bound import split_bound, why_not
+from tests.helpers import make_problem
+from tests.solver_cases import proven_optimum
+from tests.test_bound_validity import spaced_problems
+
+# The 4 x 8 analogue of instances/scale/lin-d8-m32-split-uneven-cap1_2: a light first stage, a heavy
+# last one, p2p, the cap at half of 1F1B's peak. The whole model proves its optimum, 472.4.
+LINEAR_4X8 = {
+    "format": "ppsolve/problem@1", "devices": 4, "microbatches": 8, "placement": "linear", "backward": "split",
+    "time": {"forward": [7, 10, 10, 16], "backward_input": [8.4, 12, 12, 19.2], "backward_weight": [5.6, 8, 8, 12.8],
+             "p2p": 0.5},
+    "memory": {"activation": [1, 1, 1, 1.5], "weight_hold": [0.25, 0.25, 0.25, 0.375], "capacity": 2}}
+
+
+def test_split_rises_above_the_per_device_bound_and_stays_under_the_optimum():
+    problem = problem_from_dict(LINEAR_4X8)
+    split = split_bound(problem, 30, threads=1)
+    best = split.best
+    assert best is not None and best.proven
+    # the last F(0) of 5 microbatches starts no sooner than 206.4; the other 4 take at least 250.4
+    assert (best.head, best.entry, best.rest) == (5, pytest.approx(206.4), pytest.approx(250.4))
+    assert best.value == pytest.approx(456.8) and best.value > makespan_lower_bound(problem).value + 5
+    assert best.value <= proven_optimum(problem, time_limit=60) == pytest.approx(472.4)
+    assert all(s.value <= best.value for s in split.tried)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spaced_problems(offload=False))
+def test_split_never_exceeds_a_proven_optimum(problem):
+    split = split_bound(problem, 5, threads=1)
+    best = proven_optimum(problem)
+    if best is not None and split.best is not None:
+        assert split.best.value <= best + 1e-9
+
+
+def test_split_is_refused_where_the_model_is_no_relaxation():
+    offload = {"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}}
+    assert "offload" in why_not(make_problem(devices=2, microbatches=4, memory_capacity=2, offload=offload))
+    assert "fewer than 3" in why_not(make_problem(devices=2, microbatches=2))
+    assert why_not(make_problem(devices=2, microbatches=4, memory_capacity=2)) is None
+    refused = split_bound(make_problem(devices=2, microbatches=4, memory_capacity=2, offload=offload), 5)
+    assert refused.best is None and "offload" in refused.reason
+
+
+def test_bound_command_prints_the_split(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(LINEAR_4X8))
+    assert main(["bound", str(path), "--split", "30", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("makespan >= 456.8  (split into smaller problems, proven by CP-SAT)")
+    assert "the last F(0) of 5 microbatches starts no sooner than 206.4; the other 4 take at least 250.4" in out
+    assert main(["bound", str(path), "--split", "30", "--threads", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["makespan_lower_bound"] == pytest.approx(456.8) and data["binding"] == "split"
+    assert data["split"]["tried"] and data["split"]["reason"] is None
+    assert main(["bound", str(path), "--split", "0"]) == 2
+    assert "split: must be > 0 seconds" in capsys.readouterr().err
