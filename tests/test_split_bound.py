@@ -30,9 +30,9 @@ def test_split_rises_above_the_per_device_bound_and_stays_under_the_optimum():
     split = split_bound(problem, 30, threads=1)
     best = split.best
     assert best is not None and best.proven
-    # the last F(0) of 5 microbatches starts no sooner than 206.4; the other 4 take at least 250.4
-    assert (best.head, best.entry, best.rest) == (5, pytest.approx(206.4), pytest.approx(250.4))
-    assert best.value == pytest.approx(456.8) and best.value > makespan_lower_bound(problem).value + 5
+    # the last F(0) of 3 microbatches starts no sooner than 103.2; the other 6 take at least 361.4
+    assert (best.head, best.entry, best.rest) == (3, pytest.approx(103.2), pytest.approx(361.4))
+    assert best.value == pytest.approx(464.6) and best.value > makespan_lower_bound(problem).value + 13
     assert best.value <= proven_optimum(problem, time_limit=60) == pytest.approx(472.4)
     assert all(s.value <= best.value for s in split.tried)
 
@@ -60,11 +60,11 @@ def test_bound_command_prints_the_split(tmp_path, capsys):
     path.write_text(json.dumps(LINEAR_4X8))
     assert main(["bound", str(path), "--split", "30", "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("makespan >= 456.8  (split into smaller problems, proven by CP-SAT)")
-    assert "the last F(0) of 5 microbatches starts no sooner than 206.4; the other 4 take at least 250.4" in out
+    assert out.startswith("makespan >= 464.6  (split into smaller problems, proven by CP-SAT)")
+    assert "the last F(0) of 3 microbatches starts no sooner than 103.2; the other 6 take at least 361.4" in out
     assert main(["bound", str(path), "--split", "30", "--threads", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["makespan_lower_bound"] == pytest.approx(456.8) and data["binding"] == "split"
+    assert data["makespan_lower_bound"] == pytest.approx(464.6) and data["binding"] == "split"
     assert data["split"]["tried"] and data["split"]["reason"] is None
     assert main(["bound", str(path), "--split", "0"]) == 2
     assert "split: must be > 0 seconds" in capsys.readouterr().err

@@ -38,6 +38,7 @@ from ppsolve.solvers.cpsat.variables import build_variables
 from ppsolve.solvers.scaling import build_scaling
 
 UNPROVEN_STOP = 2  # stop growing the prefix after this many sizes whose A was not proven in time
+REST_TRIES = 3  # splits whose rest is then proven by CP-SAT as well
 
 
 @dataclass(frozen=True)
@@ -95,32 +96,41 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
 
 
 def split_bound(problem: Problem, seconds: float, threads: int | None = None) -> SplitBound:
-    """The best split within ``seconds``: prefixes of growing size (A proven by CP-SAT, each with a
-    share of the time left), the rest bounded by ``makespan_lower_bound`` and, when it is no larger
-    than the prefix (so about as quick to prove), by CP-SAT as well. Stops when the time is spent
-    or after ``UNPROVEN_STOP`` prefixes whose A was not proven."""
+    """The best split within ``seconds``, in two rounds. First, prefixes of growing size, A proven
+    by CP-SAT (each with half the time left) and the rest bounded by ``makespan_lower_bound``,
+    until ``UNPROVEN_STOP`` of them are not proven in time. Then, for the best ``REST_TRIES`` splits
+    whose rest is no larger than the largest prefix proven (so about as quick to prove), the rest
+    proven by CP-SAT too, with the time left shared among them."""
     began = time.monotonic()
     reason = why_not(problem)
     if reason is not None:
         return SplitBound(None, (), reason)
     m = problem.microbatches
-    step = max(1, m // 16)
-    tried: list[Split] = []
-    unproven = 0
-    for head in range(2, m, step):
-        left = seconds - (time.monotonic() - began)
-        if left <= 0 or unproven >= UNPROVEN_STOP:
+
+    def left() -> float:
+        return seconds - (time.monotonic() - began)
+
+    tried: dict[int, Split] = {}
+    entry_proven: dict[int, bool] = {}
+    unproven, largest = 0, 0
+    for head in range(2, m, max(1, m // 16)):
+        if left() <= 0 or unproven >= UNPROVEN_STOP:
             break
-        rest_size = m - head + 1
-        entry, entry_proven = _least(problem, head, True, left / 3, threads)
-        rest, rest_proven = makespan_lower_bound(replace(problem, microbatches=rest_size)).value, False
-        if rest_size <= head:
-            left = seconds - (time.monotonic() - began)
-            if left > 0:
-                found, rest_proven = _least(problem, rest_size, False, left / 3, threads)
-                rest = max(rest, found)
-        unproven += not entry_proven
-        tried.append(Split(entry + rest, head, entry, rest, entry_proven and rest_proven))
-    best = max(tried, key=lambda s: s.value, default=None)
-    return SplitBound(best, tuple(tried), None if tried else "no time to try a split",
+        entry, proven = _least(problem, head, True, left() / 2, threads)
+        rest = makespan_lower_bound(replace(problem, microbatches=m - head + 1)).value
+        tried[head] = Split(entry + rest, head, entry, rest, False)
+        entry_proven[head] = proven
+        unproven += not proven
+        largest = head if proven else largest
+    candidates = sorted((s for s in tried.values() if m - s.head + 1 <= largest), key=lambda s: -s.value)
+    for index, split in enumerate(candidates[:REST_TRIES]):
+        if left() <= 0:
+            break
+        found, proven = _least(problem, m - split.head + 1, False, left() / (min(REST_TRIES, len(candidates)) - index),
+                               threads)
+        if found > split.rest:
+            tried[split.head] = Split(split.entry + found, split.head, split.entry, found,
+                                      proven and entry_proven[split.head])
+    best = max(tried.values(), key=lambda s: s.value, default=None)
+    return SplitBound(best, tuple(tried[h] for h in sorted(tried)), None if tried else "no time to try a split",
                       time.monotonic() - began)
