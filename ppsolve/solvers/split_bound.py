@@ -39,6 +39,7 @@ from ppsolve.solvers.scaling import build_scaling
 
 UNPROVEN_STOP = 2  # stop growing the prefix after this many sizes whose A was not proven in time
 REST_TRIES = 3  # splits whose rest is then proven by CP-SAT as well
+PREFIX_SHARE = 0.5  # of the time, at most, for the first round (prefixes)
 
 
 @dataclass(frozen=True)
@@ -96,27 +97,27 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
 
 
 def split_bound(problem: Problem, seconds: float, threads: int | None = None) -> SplitBound:
-    """The best split within ``seconds``, in two rounds. First, prefixes of growing size, A proven
-    by CP-SAT (each with half the time left) and the rest bounded by ``makespan_lower_bound``,
-    until ``UNPROVEN_STOP`` of them are not proven in time. Then, for the best ``REST_TRIES`` splits
-    whose rest is no larger than the largest prefix proven (so about as quick to prove), the rest
-    proven by CP-SAT too, with the time left shared among them."""
+    """The best split within ``seconds``, in two rounds. First, for at most ``PREFIX_SHARE`` of the
+    time, prefixes of growing size, A proven by CP-SAT (each with half the round's time left) and
+    the rest bounded by ``makespan_lower_bound``, until ``UNPROVEN_STOP`` of them are not proven
+    in time. Then the rest of the best ``REST_TRIES`` splits proven by CP-SAT as well, where it is
+    no larger than the largest prefix proven (so about as quick to prove), sharing the time left."""
     began = time.monotonic()
     reason = why_not(problem)
     if reason is not None:
         return SplitBound(None, (), reason)
     m = problem.microbatches
 
-    def left() -> float:
-        return seconds - (time.monotonic() - began)
+    def left(share: float = 1.0) -> float:
+        return share * seconds - (time.monotonic() - began)
 
     tried: dict[int, Split] = {}
     entry_proven: dict[int, bool] = {}
     unproven, largest = 0, 0
     for head in range(2, m, max(1, m // 16)):
-        if left() <= 0 or unproven >= UNPROVEN_STOP:
+        if left(PREFIX_SHARE) <= 0 or unproven >= UNPROVEN_STOP:
             break
-        entry, proven = _least(problem, head, True, left() / 2, threads)
+        entry, proven = _least(problem, head, True, left(PREFIX_SHARE) / 2, threads)
         rest = makespan_lower_bound(replace(problem, microbatches=m - head + 1)).value
         tried[head] = Split(entry + rest, head, entry, rest, False)
         entry_proven[head] = proven
