@@ -92,7 +92,8 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = threads or 0
     code = solver.solve(model)  # never infeasible: the cap fits the whole problem (why_not), so fewer too
-    bound = solver.best_objective_bound if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else cut
+    # the proven bound holds whether or not a solution was found in time
+    bound = max(cut, solver.best_objective_bound) if code != cp_model.MODEL_INVALID else cut
     return bound / scaling.time_scale, code == cp_model.OPTIMAL
 
 
