@@ -4,14 +4,15 @@ devices' collisions matter, never above a proven optimum, and refused where it i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.cli import main
-from ppsolve.problem import problem_from_dict
-from ppsolve.solvers.split_bound import split_bound, why_not
+from ppsolve.problem import load_problem, problem_from_dict
+from ppsolve.solvers.split_bound import _chain, split_bound, why_not
 from tests.helpers import make_problem
 from tests.solver_cases import proven_optimum
 from tests.test_bound_validity import spaced_problems
@@ -27,14 +28,37 @@ LINEAR_4X8 = {
 
 def test_split_rises_above_the_per_device_bound_and_stays_under_the_optimum():
     problem = problem_from_dict(LINEAR_4X8)
-    split = split_bound(problem, 90, threads=1)  # proven in about 20 s; the rest is slack for a loaded machine
+    split = split_bound(problem, 90, threads=1)  # proven in about 25 s; the rest is slack for a loaded machine
     best = split.best
     assert best is not None and best.proven
     # the last F(0) of 3 microbatches starts no sooner than 103.2; the other 6 take at least 361.4
-    assert (best.head, best.entry, best.rest) == (3, pytest.approx(103.2), pytest.approx(361.4))
+    assert (best.heads, best.entries, best.rest_size, best.rest) == ((3,), (pytest.approx(103.2),), 6,
+                                                                    pytest.approx(361.4))
     assert best.value == pytest.approx(464.6) and best.value > makespan_lower_bound(problem).value + 13
     assert best.value <= proven_optimum(problem, time_limit=60) == pytest.approx(472.4)
-    assert all(s.value <= best.value for s in split.tried)
+    # the chain is the best of what was proven: no single split of the proven sizes is above it
+    for n, (a, _) in split.entries.items():
+        for k, (rest, _) in split.rests.items():
+            if n + k - 1 == problem.microbatches:
+                assert a + rest <= best.value + 1e-9
+
+
+def test_chain_adds_groups_of_microbatches_that_share_their_boundary():
+    """Recursion on given sizes (the figures CP-SAT proves for the 8 x 32 scale problem in about 60 s):
+    two groups of 14 (26 gaps between F(0) starts) and the last 6 beat one group and the analytic rest."""
+    problem = load_problem(Path(__file__).parent.parent / "instances/scale/lin-d8-m32-split-uneven-cap1_2.json")
+    entries = {5: (195.2, True), 14: (637.4, True)}
+    best = _chain(problem, entries, {6: (434.4, True)})
+    assert (best.heads, best.rest_size) == ((14, 14), 6) and best.proven
+    assert best.value == pytest.approx(2 * 637.4 + 434.4)
+    assert best.value > makespan_lower_bound(problem).value + 40
+    assert best.describe() == "2 x A(14) + OPT(6) = 2 x 637.4 + 434.4"
+    # an unproven side (a CP-SAT bound) still counts, and the chain says so
+    unproven = _chain(problem, entries, {6: (434.4, False)})
+    assert unproven.value == pytest.approx(best.value) and not unproven.proven
+    # without the rest's CP-SAT figure, the chain ends on the analytic bound of the rest
+    alone = _chain(problem, entries, {})
+    assert alone.value >= makespan_lower_bound(problem).value and alone.value < best.value
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,10 +85,13 @@ def test_bound_command_prints_the_split(tmp_path, capsys):
     assert main(["bound", str(path), "--split", "90", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("makespan >= 464.6  (split into smaller problems, proven by CP-SAT)")
-    assert "the last F(0) of 3 microbatches starts no sooner than 103.2; the other 6 take at least 361.4" in out
+    assert "464.6 = A(3) + OPT(6) = 103.2 + 361.4 (A(n): the least start of the last F(0) with n microbatches" in out
     assert main(["bound", str(path), "--split", "90", "--threads", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["makespan_lower_bound"] == pytest.approx(464.6) and data["binding"] == "split"
-    assert data["split"]["tried"] and data["split"]["reason"] is None
+    assert data["split"]["chain"] == {"heads": [3], "entries": [pytest.approx(103.2)], "rest_microbatches": 6,
+                                      "rest": pytest.approx(361.4), "proven": True}
+    assert data["split"]["entries"][0] == {"microbatches": 2, "bound": pytest.approx(7.0), "proven": True}
+    assert data["split"]["reason"] is None
     assert main(["bound", str(path), "--split", "0"]) == 2
     assert "split: must be > 0 seconds" in capsys.readouterr().err

@@ -26,18 +26,24 @@ def _split_json(split) -> dict | None:
     if split is None:
         return None
     best = split.best
+
+    def sizes(found):
+        return [{"microbatches": n, "bound": value, "proven": proven} for n, (value, proven) in (found or {}).items()]
+
     return {"value": best.value if best else None, "reason": split.reason, "seconds": split.seconds,
-            "tried": [{"head": s.head, "entry": s.entry, "rest": s.rest, "value": s.value, "proven": s.proven}
-                      for s in split.tried]}
+            "chain": None if best is None else {"heads": list(best.heads), "entries": list(best.entries),
+                                                "rest_microbatches": best.rest_size, "rest": best.rest,
+                                                "proven": best.proven},
+            "entries": sizes(split.entries), "rests": sizes(split.rests)}
 
 
-def _split_line(split, m: int) -> str:
+def _split_line(split) -> str:
     if split.best is None:
         return f"  split into smaller problems: not tried ({split.reason})"
     b = split.best
-    return (f"  split into smaller problems (CP-SAT, {split.seconds:.0f} s): {b.value:g} (the last F(0) of "
-            f"{b.head} microbatches starts no sooner than {b.entry:g}; the other {m - b.head + 1} take at least "
-            f"{b.rest:g})")
+    return (f"  split into smaller problems (CP-SAT, {split.seconds:.0f} s): {b.value:g} = {b.describe()} "
+            f"(A(n): the least start of the last F(0) with n microbatches; OPT(k): the least makespan with k"
+            f"{'' if b.proven else '; some sides are proven bounds, not optima'})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print("  per device (its ops with microbatches in order, earliest starts and tails, one machine): "
               + ", ".join(f"{b:g}" for b in bound.sequence_bounds))
     if split is not None:
-        print(_split_line(split, problem.microbatches))
+        print(_split_line(split))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
           + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)

@@ -1,16 +1,18 @@
-"""The split bound: a lower bound on the makespan from two smaller problems, each proven by CP-SAT.
+"""The split bound: a lower bound on the makespan from smaller problems, each proven by CP-SAT.
 
 Name the microbatches by the start of F(0, .): they are interchangeable, so this loses nothing.
 Every op of microbatch j or later depends on its own F(0, .), so it starts no sooner than F(0, j)
 does. And the ops of any subset of the microbatches form a valid schedule of the same problem with
-that many microbatches (fewer ops leave every device, lane and memory cap less loaded). So, with
-the ops of microbatches j and later shifted to start at F(0, j)'s start, for every 0 < j < m:
+that many microbatches (fewer ops leave every device, lane and memory cap less loaded), shifted to
+start at the subset's first F(0). So, for consecutive microbatches i..i+n-1,
 
-    makespan >= A(j + 1) + OPT(m - j)
+    start of F(0, i + n - 1) - start of F(0, i) >= A(n)     and     makespan - start of F(0, i) >= OPT(m - i)
 
-where A(n) is the least start of the last F(0) with n microbatches and OPT(n) the least makespan
-with n microbatches. Any lower bound of each side will do: CP-SAT's proven bound on a model of the
-smaller problem (its optimum when it proves one), and ``makespan_lower_bound`` for OPT.
+where A(n) is the least start of the last F(0) with n microbatches and OPT(k) the least makespan
+with k microbatches. Chained over groups that share their boundary microbatch, this is a
+recursion: LB(k) = max(a bound of OPT(k), max over n of A(n) + LB(k - n + 1)). Any lower bound of
+each side will do: CP-SAT's proven bound on a model of the smaller problem (its optimum when it
+proves one), and ``makespan_lower_bound`` for OPT.
 
 It binds where the per-device figures cannot: on a linear problem whose first device's cap and
 last device's load are both near their limit, the small problems' optima see the collisions of
@@ -25,6 +27,7 @@ most every op and latency one after another.
 from __future__ import annotations
 
 import time
+from itertools import groupby
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
@@ -37,29 +40,41 @@ from ppsolve.solvers.cpsat.backend import add_cuts, add_order_constraints
 from ppsolve.solvers.cpsat.variables import build_variables
 from ppsolve.solvers.scaling import build_scaling
 
-UNPROVEN_STOP = 2  # stop growing the prefix after this many sizes whose A was not proven in time
-REST_TRIES = 3  # splits whose rest is then proven by CP-SAT as well
-PREFIX_SHARE = 0.5  # of the time, at most, for the first round (prefixes)
+UNPROVEN_STOP = 2  # stop growing a side's size after this many sizes not proven in time
+PREFIX_SHARE = 0.5  # of the time, at most, for the first round (the prefixes' A)
 
 
 @dataclass(frozen=True)
 class Split:
-    """makespan >= entry + rest: the least start of the last F(0) with ``head`` microbatches, and a
-    lower bound on the makespan of the other ``m - head + 1``."""
+    """makespan >= sum(entries) + rest: consecutive groups of microbatches, group i of ``heads[i]``
+    (each sharing its first microbatch with the group before), whose last F(0) starts no sooner than
+    ``entries[i]`` after its first's; then the last ``rest_size`` microbatches take at least ``rest``."""
 
     value: float
-    head: int
-    entry: float
+    heads: tuple[int, ...]
+    entries: tuple[float, ...]
+    rest_size: int
     rest: float
-    proven: bool  # both sides are the smaller problems' proven optima (else proven bounds)
+    proven: bool  # every side is a smaller problem's proven optimum (else some are proven bounds)
+
+    def describe(self) -> str:
+        """E.g. "2 x A(14) + OPT(6) = 2 x 637.4 + 434.4" (OPT: a proven bound, the optimum if ``proven``)."""
+        groups = [(h, len(list(g))) for h, g in groupby(self.heads)]
+        entry = dict(zip(self.heads, self.entries))
+        terms = [(f"{k} x " if k > 1 else "", f"A({h})", f"{entry[h]:g}") for h, k in groups]
+        names = " + ".join(f"{k}{name}" for k, name, _ in terms)
+        values = " + ".join(f"{k}{value}" for k, _, value in terms)
+        return f"{names} + OPT({self.rest_size}) = {values} + {self.rest:g}"
 
 
 @dataclass(frozen=True)
 class SplitBound:
-    """The best split found, every split tried, and why none could be tried (``reason``)."""
+    """The best split found, the smaller problems' bounds it was built from, and why none could
+    be tried (``reason``)."""
 
     best: Split | None
-    tried: tuple[Split, ...] = ()
+    entries: dict[int, tuple[float, bool]] | None = None  # n: (bound on A(n), proven)
+    rests: dict[int, tuple[float, bool]] | None = None  # k: (bound on OPT(k), proven) from CP-SAT
     reason: str | None = None
     seconds: float = 0.0
 
@@ -97,42 +112,59 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
     return bound / scaling.time_scale, code == cp_model.OPTIMAL
 
 
+def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None) -> dict[int, tuple[float, bool]]:
+    """A(n) (``entry``) or OPT(n) for the growing ``sizes``, each with half the time ``left()``, until
+    ``UNPROVEN_STOP`` of them are not proven in time or no time is left."""
+    found: dict[int, tuple[float, bool]] = {}
+    unproven = 0
+    for n in sizes:
+        if left() <= 0 or unproven >= UNPROVEN_STOP:
+            break
+        found[n] = _least(problem, n, entry, left() / 2, threads)
+        unproven += not found[n][1]
+    return found
+
+
+def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
+           rests: dict[int, tuple[float, bool]]) -> Split | None:
+    """The best split of all ``m`` microbatches: LB(k) = max(a bound of OPT(k), max over n of
+    A(n) + LB(k - n + 1)), longest path over k. OPT(k) is bounded by CP-SAT where ``rests`` has k,
+    and by ``makespan_lower_bound`` for those k and for the rest of one group (the bound takes
+    a second or so at d = 32, so it is not computed for every k)."""
+    m = problem.microbatches
+    bases = dict(rests)
+    for k in {m, *rests, *(m - n + 1 for n in entries)}:
+        analytic = makespan_lower_bound(replace(problem, microbatches=k)).value
+        if analytic > bases.get(k, (0.0, False))[0]:
+            bases[k] = (analytic, False)
+    best: dict[int, Split] = {}
+    for k in range(1, m + 1):
+        options = [Split(bases[k][0], (), (), k, bases[k][0], bases[k][1])] if k in bases else []
+        for n, (a, proven) in entries.items():
+            rest = best.get(k - n + 1)
+            if n <= k and rest is not None:
+                options.append(Split(a + rest.value, (n, *rest.heads), (a, *rest.entries), rest.rest_size,
+                                     rest.rest, proven and rest.proven))
+        if options:
+            best[k] = max(options, key=lambda s: (s.value, s.proven))
+    return best.get(m)
+
+
 def split_bound(problem: Problem, seconds: float, threads: int | None = None) -> SplitBound:
-    """The best split within ``seconds``, in two rounds. First, for at most ``PREFIX_SHARE`` of the
-    time, prefixes of growing size, A proven by CP-SAT (each with half the round's time left) and
-    the rest bounded by ``makespan_lower_bound``, until ``UNPROVEN_STOP`` of them are not proven
-    in time. Then the rest of the best ``REST_TRIES`` splits proven by CP-SAT as well, where it is
-    no larger than the largest prefix proven (so about as quick to prove), sharing the time left."""
+    """The best split within ``seconds``, in two rounds: first, for at most ``PREFIX_SHARE`` of the
+    time, A(n) for n = 2, 3, ...; then OPT(k) for k = 1, 2, ... with the time left; each size with
+    half the round's time left, a round ending after ``UNPROVEN_STOP`` sizes not proven in time.
+    The best chain of them (``_chain``) is the bound."""
     began = time.monotonic()
     reason = why_not(problem)
     if reason is not None:
-        return SplitBound(None, (), reason)
+        return SplitBound(None, reason=reason)
     m = problem.microbatches
 
-    def left(share: float = 1.0) -> float:
-        return share * seconds - (time.monotonic() - began)
+    def left(share: float = 1.0):
+        return lambda: share * seconds - (time.monotonic() - began)
 
-    tried: dict[int, Split] = {}
-    entry_proven: dict[int, bool] = {}
-    unproven, largest = 0, 0
-    for head in range(2, m, max(1, m // 16)):
-        if left(PREFIX_SHARE) <= 0 or unproven >= UNPROVEN_STOP:
-            break
-        entry, proven = _least(problem, head, True, left(PREFIX_SHARE) / 2, threads)
-        rest = makespan_lower_bound(replace(problem, microbatches=m - head + 1)).value
-        tried[head] = Split(entry + rest, head, entry, rest, False)
-        entry_proven[head] = proven
-        unproven += not proven
-        largest = head if proven else largest
-    candidates = sorted((s for s in tried.values() if m - s.head + 1 <= largest), key=lambda s: -s.value)
-    for index, split in enumerate(candidates[:REST_TRIES]):
-        if left() <= 0:
-            break
-        found, proven = _least(problem, m - split.head + 1, False, left() / (min(REST_TRIES, len(candidates)) - index),
-                               threads)
-        if found > split.rest:
-            tried[split.head] = Split(split.entry + found, split.head, split.entry, found,
-                                      proven and entry_proven[split.head])
-    best = max(tried.values(), key=lambda s: s.value, default=None)
-    return SplitBound(best, tuple(tried[h] for h in sorted(tried)), None if tried else "no time to try a split",
-                      time.monotonic() - began)
+    entries = _grow(problem, True, range(2, m), left(PREFIX_SHARE), threads)
+    rests = _grow(problem, False, range(1, m), left(), threads)
+    best = _chain(problem, entries, rests) if entries else None
+    return SplitBound(best, entries, rests, None if best else "no time to try a split", time.monotonic() - began)
