@@ -59,6 +59,10 @@ def test_chain_adds_groups_of_microbatches_that_share_their_boundary():
     # without the rest's CP-SAT figure, the chain ends on the analytic bound of the rest
     alone = _chain(problem, entries, {})
     assert alone.value >= makespan_lower_bound(problem).value and alone.value < best.value
+    # no group at all: the analytic bound of the whole, said as such
+    nothing = _chain(problem, {}, {})
+    assert nothing.heads == () and nothing.value == pytest.approx(makespan_lower_bound(problem).value)
+    assert nothing.describe() == f"OPT(32) >= {nothing.value:g} (no chain above it)"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -59,9 +59,11 @@ class Split:
 
     def describe(self) -> str:
         """E.g. "2 x A(14) + OPT(6) = 2 x 637.4 + 434.4" (OPT: a proven bound, the optimum if ``proven``)."""
-        groups = [(h, len(list(g))) for h, g in groupby(self.heads)]
+        groups = [(h, len(list(g))) for h, g in groupby(sorted(self.heads, reverse=True))]  # any order is valid
         entry = dict(zip(self.heads, self.entries))
         terms = [(f"{k} x " if k > 1 else "", f"A({h})", f"{entry[h]:g}") for h, k in groups]
+        if not terms:
+            return f"OPT({self.rest_size}) >= {self.rest:g} (no chain above it)"
         names = " + ".join(f"{k}{name}" for k, name, _ in terms)
         values = " + ".join(f"{k}{value}" for k, _, value in terms)
         return f"{names} + OPT({self.rest_size}) = {values} + {self.rest:g}"
