@@ -27,8 +27,8 @@ most every op and latency one after another.
 from __future__ import annotations
 
 import time
-from itertools import groupby
 from dataclasses import dataclass, replace
+from itertools import groupby
 
 from ortools.sat.python import cp_model
 
@@ -130,12 +130,12 @@ def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None
 def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
            rests: dict[int, tuple[float, bool]]) -> Split | None:
     """The best split of all ``m`` microbatches: LB(k) = max(a bound of OPT(k), max over n of
-    A(n) + LB(k - n + 1)), longest path over k. OPT(k) is bounded by CP-SAT where ``rests`` has k,
-    and by ``makespan_lower_bound`` for those k and for the rest of one group (the bound takes
-    a second or so at d = 32, so it is not computed for every k)."""
+    A(n) + LB(k - n + 1)), longest path over k. OPT(k) is bounded by CP-SAT where ``rests`` has k
+    (``_least`` already cuts it at ``makespan_lower_bound``), and by ``makespan_lower_bound`` for all
+    m and for the rest of one group (up to 0.15 s a call at d = 32, so not for every k)."""
     m = problem.microbatches
     bases = dict(rests)
-    for k in {m, *rests, *(m - n + 1 for n in entries)}:
+    for k in {m, *(m - n + 1 for n in entries)} - set(rests):
         analytic = makespan_lower_bound(replace(problem, microbatches=k)).value
         if analytic > bases.get(k, (0.0, False))[0]:
             bases[k] = (analytic, False)
