@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -10,7 +11,7 @@ from ppsolve.checker import check
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, lns, phases, solve
-from ppsolve.solvers.api import Phase, PhaseTask, Status
+from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
 from ppsolve.solvers.budget import Budget
 from ppsolve.solvers.cpsat import backend
 from ppsolve.solvers.progress import Progress
@@ -150,3 +151,52 @@ def test_a_window_spans_every_device_up_to_all_devices_and_beyond_some_take_a_bl
     assert blocks and len(blocks) < len(picks)  # about half of them
     for devices in blocks:
         assert len(devices) == 2 and devices[1] == devices[0] + 1 and 0 <= devices[0] <= 4
+
+
+def test_windows_are_often_centred_where_a_longest_path_waits_for_its_device(monkeypatch):
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    previous = {b.op: a.end for ops in inc.compute for a, b in zip(ops, ops[1:])}
+    waits = [op for op in inc.critical_ops if op.start > previous.get(op.op, 0.0) + 1e-9]
+    assert {op.op for op in inc.critical_waits} == {op.op for op in waits}
+    assert 0 < len(waits) < len(inc.critical_ops)  # the serial schedule has critical ops that do not wait
+
+    def centred_on_a_wait(share: float) -> int:
+        """How many of 40 windows have a waiting critical op where _pick puts its centre (0.2 to 0.8 in)."""
+        monkeypatch.setattr(lns, "WAIT_SHARE", share)
+        rng, hits = random.Random(1), 0
+        for _ in range(40):
+            _, t0, t1 = lns._pick(inc, rng, 1)  # narrow windows
+            hits += any(t0 + 0.2 * (t1 - t0) - 1e-9 <= op.start <= t0 + 0.8 * (t1 - t0) + 1e-9 for op in waits)
+        return hits
+
+    assert centred_on_a_wait(1.0) == 40
+    assert centred_on_a_wait(0.0) < 40
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic):
+    """With --threads 1 a window ends at its deterministic limit; its wall clock is a guard well past it."""
+    problem = _problem()
+    seconds = 20.0
+    budget = Budget(seconds, deterministic=deterministic)
+    allowed = []
+
+    class Recording:
+        WINDOWS = True
+
+        @staticmethod
+        def run_phase(task):
+            allowed.append(task.limit.until - time.monotonic())
+            if len(allowed) >= 3:
+                raise KeyboardInterrupt  # three windows are enough
+            return PhaseAnswer(Status.UNKNOWN, work=1.0)
+
+    options = SolveOptions(time_limit=seconds, threads=1 if deterministic else None)
+    lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
+                _serial(problem), budget.search(1.0), False, 0.0)
+    assert len(allowed) == 3
+    if deterministic:
+        assert all(2 * lns.WINDOW_SECONDS < s <= lns.WINDOW_SECONDS * lns.WINDOW_GUARD for s in allowed)
+    else:
+        assert all(s <= lns.WINDOW_SECONDS for s in allowed)

@@ -36,6 +36,11 @@ from ppsolve.solvers.window import Incumbent, compose, make_window
 START_SIZE = 120  # free ops in the first window
 MIN_SIZE, MAX_SIZE = 60, 2000
 WINDOW_SECONDS = 1.0  # the most one window's search may take (wall clock, or deterministic work in seconds)
+# Deterministic mode: a window's wall clock is only the guard, this many times WINDOW_SECONDS. Its
+# deterministic limit took 0.75 to 0.92 s of wall time on windows of 1 500 to 3 000 model variables
+# (vsh2-d16-m64 of the scale suite, 2-core machine), so a guard of 1 s fired first in some windows and
+# made the run irreproducible (docs/solver.md)
+WINDOW_GUARD = 3.0
 # Deterministic mode counts work without the clock: each window's search as the backend reports it
 # (PhaseAnswer.work), plus WINDOW_OVERHEAD per window (building its model) and ROUND_SECONDS_PER_OP
 # per op of the schedule and round (re-timing and checking it; measured: docs/solver.md).
@@ -49,6 +54,11 @@ ORDERS = True  # without transfers, ops after a window keep their order rather t
 # with offload: docs/solver.md)
 ALL_DEVICES = 32
 BLOCK = 8  # devices in a block window
+# this share of the windows is centred on an op of a longest path that its device sits idle before (any
+# one alike: the largest idle is often the one no schedule avoids), since only a window that holds idle of
+# a longest path can shorten it; 0: measured no better than the windows of another random draw
+# (docs/solver.md, benchmarks/lns_centres.py)
+WAIT_SHARE = 0.0
 
 
 @dataclass
@@ -70,9 +80,13 @@ def _flow(schedule: Schedule) -> float:
 
 
 def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
-    """Devices and time range of the next window: around a random op on a longest path."""
+    """Devices and time range of the next window: around a random op on a longest path (``WAIT_SHARE``
+    of the time one that its device sits idle before)."""
     p = inc.problem
-    centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
+    if WAIT_SHARE > 0 and inc.critical_waits and rng.random() < WAIT_SHARE:  # no draw at 0: as before
+        centre = inc.critical_waits[rng.randrange(len(inc.critical_waits))]
+    else:
+        centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
     if p.devices <= ALL_DEVICES or rng.random() < 0.5:
         devices = tuple(range(p.devices))
     else:
@@ -133,8 +147,9 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 break
             now = time.monotonic()
             det = max(0.05, min(WINDOW_SECONDS, limit.deterministic - spent)) if deterministic else None
+            guard = WINDOW_SECONDS * (WINDOW_GUARD if deterministic else 1.0)
             task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
-                             Limit(min(limit.until, now + WINDOW_SECONDS), det), progress, window=window)
+                             Limit(min(limit.until, now + guard), det), progress, window=window)
             try:
                 answer = backend.run_phase(task)
             except KeyboardInterrupt:

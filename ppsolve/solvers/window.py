@@ -101,6 +101,10 @@ class Incumbent:
         self.tail = self._tails(by_start)
         self.critical_ops = [op for ops in self.compute for op in ops
                              if op.start + self.tail[op.op] >= self.makespan - 1e-9 * max(1.0, self.makespan)]
+        # the critical ops that their device sits idle before (what a window could close)
+        previous_end = {b.op: a.end for ops in self.compute for a, b in zip(ops, ops[1:])}
+        self.critical_waits = [op for op in self.critical_ops
+                               if op.start - previous_end.get(op.op, 0.0) > 1e-9 * max(1.0, self.makespan)]
         spans: list[list[tuple[float, float, Key]]] = [[] for _ in range(p.devices)]
         last = _W if p.split_backward else _B  # the op that releases the last of an activation
         for op in schedule.ops:
