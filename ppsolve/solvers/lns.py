@@ -56,9 +56,10 @@ ALL_DEVICES = 32
 BLOCK = 8  # devices in a block window
 # this share of the windows is centred on an op of a longest path that its device sits idle before (any
 # one alike: the largest idle is often the one no schedule avoids), since only a window that holds idle of
-# a longest path can shorten it; measured against 0 (--threads 1, 3 seeds, 4 scale problems without
-# offload): 0.994x in geometric mean, shorter in 9 of 12 runs (docs/solver.md, benchmarks/lns_centres.py)
-WAIT_SHARE = 0.2
+# a longest path can shorten it. Off: 0.2 gave 0.994x in geometric mean with --threads 1 (3 seeds, 4 scale
+# problems without offload) but longer schedules in 300 s solves on both cores (lin-d32-m128 6954.2
+# against 6779); docs/solver.md, benchmarks/lns_centres.py
+WAIT_SHARE = 0.0
 
 
 @dataclass
