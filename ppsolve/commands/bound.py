@@ -28,7 +28,7 @@ def _split_json(split) -> dict | None:
     best = split.best
 
     def sizes(found):
-        return [{"microbatches": n, "bound": value, "proven": proven} for n, (value, proven) in (found or {}).items()]
+        return [{"microbatches": n, "bound": value, "proven": proven} for n, (value, proven) in found.items()]
 
     return {"value": best.value if best else None, "reason": split.reason, "seconds": split.seconds,
             "chain": None if best is None else {"heads": list(best.heads), "entries": list(best.entries),

@@ -124,6 +124,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     deterministic = limit.deterministic is not None
     batch = batch_size(len(start.ops))
     applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
+    guard = WINDOW_SECONDS * (WINDOW_GUARD if deterministic else 1.0)  # a window's wall clock
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
 
     def out_of_time() -> bool:
@@ -148,7 +149,6 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 break
             now = time.monotonic()
             det = max(0.05, min(WINDOW_SECONDS, limit.deterministic - spent)) if deterministic else None
-            guard = WINDOW_SECONDS * (WINDOW_GUARD if deterministic else 1.0)
             task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
                              Limit(min(limit.until, now + guard), det), progress, window=window)
             try:

@@ -27,7 +27,7 @@ most every op and latency one after another.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 
 from ortools.sat.python import cp_model
@@ -75,8 +75,8 @@ class SplitBound:
     be tried (``reason``)."""
 
     best: Split | None
-    entries: dict[int, tuple[float, bool]] | None = None  # n: (bound on A(n), proven)
-    rests: dict[int, tuple[float, bool]] | None = None  # k: (bound on OPT(k), proven) from CP-SAT
+    entries: dict[int, tuple[float, bool]] = field(default_factory=dict)  # n: (bound on A(n), proven)
+    rests: dict[int, tuple[float, bool]] = field(default_factory=dict)  # k: (bound on OPT(k), proven) from CP-SAT
     reason: str | None = None
     seconds: float = 0.0
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from ppsolve.dependencies import dependency_table, dependents_table, depth
 from ppsolve.ops import Op, OpKind
@@ -101,10 +102,6 @@ class Incumbent:
         self.tail = self._tails(by_start)
         self.critical_ops = [op for ops in self.compute for op in ops
                              if op.start + self.tail[op.op] >= self.makespan - 1e-9 * max(1.0, self.makespan)]
-        # the critical ops that their device sits idle before (what a window could close)
-        previous_end = {b.op: a.end for ops in self.compute for a, b in zip(ops, ops[1:])}
-        self.critical_waits = [op for op in self.critical_ops
-                               if op.start - previous_end.get(op.op, 0.0) > 1e-9 * max(1.0, self.makespan)]
         spans: list[list[tuple[float, float, Key]]] = [[] for _ in range(p.devices)]
         last = _W if p.split_backward else _B  # the op that releases the last of an activation
         for op in schedule.ops:
@@ -115,6 +112,14 @@ class Incumbent:
             device_spans.sort()
         self.spans = spans
         self.span_starts = [[x[0] for x in s] for s in spans]
+
+    @cached_property
+    def critical_waits(self) -> list[ScheduledOp]:
+        """The critical ops that their device sits idle before (what a window could close); computed
+        when first asked for (only when ``lns.WAIT_SHARE`` is on)."""
+        previous_end = {b.op: a.end for ops in self.compute for a, b in zip(ops, ops[1:])}
+        return [op for op in self.critical_ops
+                if op.start - previous_end.get(op.op, 0.0) > 1e-9 * max(1.0, self.makespan)]
 
     def _tails(self, by_start: list[ScheduledOp]) -> dict[Op, float]:
         """For every op, the longest path from its start to the end of the schedule through its
