@@ -200,3 +200,57 @@ def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic
         assert all(2 * lns.WINDOW_SECONDS < s <= lns.WINDOW_SECONDS * lns.WINDOW_GUARD for s in allowed)
     else:
         assert all(s <= lns.WINDOW_SECONDS for s in allowed)
+
+
+def test_a_window_may_start_at_a_different_time_on_each_device():
+    """A tail window: each device frees exactly its ops that start at or after its own t0."""
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    H = inc.makespan
+    t0 = {0: H - 10.0, 1: H - 10.0, 2: H - 10.0, 3: H - 40.0}
+    window = make_window(inc, range(4), t0, H, offload=False, orders=True)
+    free = {op.op for op in window.free}
+    expected = {op.op for op in inc.schedule.ops if op.kind.is_compute and op.start >= t0[op.device] - 1e-9}
+    assert free == expected
+    assert window.t0 == H - 40.0
+    assert any(op.device == 3 and op.start < H - 10.0 for op in window.free)
+
+
+def test_the_last_share_of_the_search_takes_tail_windows(monkeypatch):
+    """With TAIL_SHARE = 1 every window ends at the makespan, frees every device's last ops and
+    reaches further back on the most loaded device (the last stage here)."""
+    monkeypatch.setattr(lns, "TAIL_SHARE", 1.0)
+    problem = _problem()
+    start = _serial(problem)
+    loads = [problem.device_load(d) for d in range(problem.devices)]
+    busiest = loads.index(max(loads))
+    seen = []
+
+    class Recording:
+        WINDOWS = True
+
+        @staticmethod
+        def run_phase(task):
+            seen.append(task.window)
+            if len(seen) >= 3:
+                raise KeyboardInterrupt
+            return PhaseAnswer(Status.UNKNOWN, work=1.0)
+
+    budget = Budget(60, deterministic=True)
+    options = SolveOptions(time_limit=60, threads=1)
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
+                         start, budget.search(1.0), False, 0.0)
+    assert len(seen) == 3 and result.tail_windows == result.windows == 2  # the third was interrupted
+    for window in seen:
+        assert window.t1 == start.makespan
+        first = {d: min(op.start for op in window.free if op.device == d) for d in range(problem.devices)}
+        assert first[busiest] < min(first[d] for d in range(problem.devices) if d != busiest)
+
+
+def test_tail_windows_are_shrunk_to_the_op_limit(monkeypatch):
+    monkeypatch.setattr(lns, "TAIL_MAX_OPS", 30)
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    t0 = lns._pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,))
+    assert sum(1 for op in inc.schedule.ops if op.kind.is_compute and op.start >= t0[op.device]) <= 30
+    assert t0[3] < t0[0] == t0[1] == t0[2]

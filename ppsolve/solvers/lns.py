@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import random
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from ppsolve.bounds import critical_path
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
@@ -60,6 +62,17 @@ BLOCK = 8  # devices in a block window
 # problems without offload) but longer schedules in 300 s solves on both cores (lin-d32-m128 6954.2
 # against 6779); docs/solver.md, benchmarks/lns_centres.py
 WAIT_SHARE = 0.0
+# Tail windows (schedules without transfers, where later ops keep their order): the last TAIL_SHARE of
+# the search's time goes to windows over the end of the schedule, TAIL_SPAN times one microbatch's
+# critical path on every device and TAIL_BACK times it more on the most loaded devices, each with
+# TAIL_SECONDS. Ordinary windows are time slices: they cannot take work of the busiest device from
+# before its last admission into the idle of the drain after it, which is what bounds the V-shapes
+# (vsh2-d16-m64: 2364.1 -> 2344.9 in 256 s from a 300 s solve; docs/solver.md)
+TAIL_SHARE = 0.5
+TAIL_SPAN = (0.8, 1.3)
+TAIL_BACK = (0.8, 2.0)
+TAIL_SECONDS = 20.0
+TAIL_MAX_OPS = 1400  # larger tails are shrunk to about this many free ops
 
 
 @dataclass
@@ -74,6 +87,8 @@ class LnsResult:
     interrupted: bool = False
     by_clock: bool = False  # deterministic mode: the wall clock, not the work limit, ended a window or the search
     sizes: list[int] = field(default_factory=list)
+    tail_windows: int = 0  # of ``windows``, those over the end of the schedule (TAIL_SHARE)
+    tail_improved: int = 0
 
 
 def _flow(schedule: Schedule) -> float:
@@ -100,6 +115,21 @@ def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...
     return devices, t0, min(inc.makespan, t0 + width)
 
 
+def _pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[int, ...]) -> dict[int, float]:
+    """Each device's t0 of a tail window (which ends at the makespan): ``TAIL_SPAN`` times ``path`` (one
+    microbatch's critical path) before the end, ``TAIL_BACK`` times it more on the ``busiest`` devices,
+    both shrunk alike when that frees more than ``TAIL_MAX_OPS`` ops."""
+    span, back = rng.uniform(*TAIL_SPAN) * path, rng.uniform(*TAIL_BACK) * path
+    H = inc.makespan
+    for _ in range(60):  # 0.9 ** 60 < 0.002
+        t0 = {d: H - span - (back if d in busiest else 0.0) for d in range(inc.problem.devices)}
+        count = sum(len(starts) - bisect_left(starts, t0[d]) for d, starts in enumerate(inc.compute_starts))
+        if count <= TAIL_MAX_OPS:
+            break
+        span, back = 0.9 * span, 0.9 * back
+    return t0
+
+
 def batch_size(ops: int) -> int:
     """Windows per round: one re-timing and one check of the whole schedule per round, so on large
     problems a round solves several independent windows."""
@@ -124,8 +154,21 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     deterministic = limit.deterministic is not None
     batch = batch_size(len(start.ops))
     applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
-    guard = WINDOW_SECONDS * (WINDOW_GUARD if deterministic else 1.0)  # a window's wall clock
+    guard = WINDOW_GUARD if deterministic else 1.0  # a window's wall clock, in its own time limits
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
+
+    path = critical_path(problem)
+    loads = [problem.device_load(d) for d in range(problem.devices)]
+    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - 1e-9))
+    began = time.monotonic()
+
+    def in_tail() -> bool:
+        """Whether the search is in its last ``TAIL_SHARE`` (only where later ops keep their order)."""
+        if not orders or TAIL_SHARE <= 0:
+            return False
+        if deterministic:
+            return spent >= (1 - TAIL_SHARE) * limit.deterministic
+        return time.monotonic() >= began + (1 - TAIL_SHARE) * (limit.until - began)
 
     def out_of_time() -> bool:
         if deterministic and spent >= limit.deterministic:
@@ -137,20 +180,27 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
 
     while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
         windows = []
-        for _ in range(3 * batch):
+        tail = in_tail()
+        if tail:
+            window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest), inc.makespan,
+                                 offload, orders)
+            windows = [window] if window is not None else []
+        for _ in range(0 if tail else 3 * batch):
             if len(windows) == batch:
                 break
             window = make_window(inc, *_pick(inc, rng, size), offload, orders)
             if window is not None and all(window.independent(w) for w in windows):
                 windows.append(window)
+        seconds = TAIL_SECONDS if tail else WINDOW_SECONDS
         placements = []
         for window in windows:
             if out_of_time():
                 break
             now = time.monotonic()
-            det = max(0.05, min(WINDOW_SECONDS, limit.deterministic - spent)) if deterministic else None
+            det = max(0.05, min(seconds, limit.deterministic - spent)) if deterministic else None
             task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
-                             Limit(min(limit.until, now + guard), det), progress, window=window)
+                             Limit(min(limit.until, now + seconds * guard), det), progress,
+                             window=window)
             try:
                 answer = backend.run_phase(task)
             except KeyboardInterrupt:
@@ -159,15 +209,16 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             spent += answer.work + WINDOW_OVERHEAD
             result.by_clock = result.by_clock or (deterministic and (answer.by_clock or answer.abandoned))
             result.windows += 1
+            result.tail_windows += tail
             result.sizes.append(window.size)
             progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
             result.interrupted = answer.interrupted
             if answer.status is Status.OPTIMAL:
                 result.optimal += 1
-                size = min(MAX_SIZE, int(size * 1.2))
+                size = size if tail else min(MAX_SIZE, int(size * 1.2))
             elif answer.status is Status.INFEASIBLE:
                 result.infeasible += 1
-            else:
+            elif not tail:
                 size = max(MIN_SIZE, int(size * 0.8))
             if result.interrupted or not answer.status.solved:
                 continue
@@ -187,6 +238,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             inc = Incumbent(better)
             result.best = better
             result.improved += 1
+            result.tail_improved += tail
             progress.update(incumbent=scaling.time(better.makespan, tolerance=1e-3))
             progress.detail(f"({result.windows} windows of ~{size} ops, {result.improved} better)")
         applying = time.monotonic() - began

@@ -287,7 +287,8 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
         extra["least_offload"] = run.least_offload
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
-                                   "solved_to_optimality": run.lns.optimal}
+                                   "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
+                                   "tail_improved": run.lns.tail_improved}
     info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 

@@ -27,6 +27,7 @@ makespan after re-timing.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -46,7 +47,7 @@ class Window:
     """What a model of one neighbourhood needs (times in the user's units)."""
 
     devices: tuple[int, ...]
-    t0: float
+    t0: float  # the earliest of its devices' t0 (make_window)
     t1: float
     free: tuple[ScheduledOp, ...]  # the free ops as the incumbent has them (the model's hint)
     fixed: dict[Op, ScheduledOp]  # the fixed ops the model refers to, at their times
@@ -155,8 +156,13 @@ def link_closed(problem: Problem, devices) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, orders: bool = False) -> Window | None:
+def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: float, offload: bool,
+                orders: bool = False) -> Window | None:
     """The window of ``devices`` (closed under host links) and [t0, t1), or None when it frees nothing.
+
+    ``t0`` may differ by device (a mapping device -> t0, covering ``devices``): a tail window frees
+    the ops of every device near the end and those of the busiest devices from further back
+    (``ppsolve.solvers.lns``). The lanes of a host link take the earliest t0 of its devices.
 
     ``orders`` (only for schedules without transfers): the ops after the window keep their order
     on each device, not their times; the model places its free ops with no deadline from them
@@ -177,8 +183,13 @@ def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, or
 
     edges: set[Op] = set()  # the fixed ops just before and after the window on its devices and lanes
 
-    def take(ops, starts):
-        i0, i1 = bisect_left(starts, t0), bisect_left(starts, t1)
+    starts_at = dict(t0) if isinstance(t0, Mapping) else {d: t0 for d in devices}
+    for d in devices:  # a device the host links add takes the earliest t0 of its link
+        if d not in starts_at:
+            starts_at[d] = min(starts_at[e] for e in link_closed(p, (d,)) if e in starts_at)
+
+    def take(ops, starts, begin):
+        i0, i1 = bisect_left(starts, begin), bisect_left(starts, t1)
         before = ops[i0 - 1].end if i0 > 0 else 0.0
         after = ops[i1] if i1 < len(ops) else None
         if i0 > 0:
@@ -189,7 +200,7 @@ def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, or
         return ops[i0:i1], before, due, (after.op if after is not None else None)
 
     for d in devices:
-        chosen, lo, hi, nxt = take(inc.compute[d], inc.compute_starts[d])
+        chosen, lo, hi, nxt = take(inc.compute[d], inc.compute_starts[d], starts_at[d])
         for op in chosen:
             free.append(op)
             low[op.op], high[op.op] = lo, hi
@@ -198,7 +209,8 @@ def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, or
     lanes = sorted({p.lane(d, k) for d in devices for k in (_OFF, _REL)}) if p.offload is not None else []
     for lane in lanes:
         if lane in inc.lanes:
-            chosen, lo, hi, nxt = take(inc.lanes[lane], inc.lane_starts[lane])
+            begin = min(starts_at[d] for d in devices if p.lane(d, _OFF) == lane or p.lane(d, _REL) == lane)
+            chosen, lo, hi, nxt = take(inc.lanes[lane], inc.lane_starts[lane], begin)
         else:
             chosen, lo, hi, nxt = [], 0.0, H, None
         lane_bounds[lane] = (lo, hi, nxt)
@@ -271,8 +283,8 @@ def make_window(inc: Incumbent, devices, t0: float, t1: float, offload: bool, or
         if op in next_fixed:
             best = max(best, inc.tail[next_fixed[op]])
         tails[op] = best
-    window = Window(tuple(devices), t0, t1, tuple(free), fixed, low, high, tails, tuple(memory_keys),
-                    frozenset(choosable), 0.0, 0.0, late, frozenset(movable), frozenset(movable | set(fixed) | edges),
+    window = Window(tuple(devices), min(starts_at[d] for d in devices), t1, tuple(free), fixed, low, high, tails,
+                    tuple(memory_keys), frozenset(choosable), 0.0, 0.0, late, frozenset(movable), frozenset(movable | set(fixed) | edges),
                     orders)
     current, flow = window.measure(free)
     return replace(window, current=current, flow=flow)
