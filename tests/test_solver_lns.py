@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -175,8 +176,9 @@ def test_windows_are_often_centred_where_a_longest_path_waits_for_its_device(mon
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic):
+def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic, monkeypatch):
     """With --threads 1 a window ends at its deterministic limit; its wall clock is a guard well past it."""
+    monkeypatch.setattr(lns, "TAIL_STALL", 1.0)  # ordinary windows only
     problem = _problem()
     seconds = 20.0
     budget = Budget(seconds, deterministic=deterministic)
@@ -216,14 +218,8 @@ def test_a_window_may_start_at_a_different_time_on_each_device():
     assert any(op.device == 3 and op.start < H - 10.0 for op in window.free)
 
 
-def test_the_last_share_of_the_search_takes_tail_windows(monkeypatch):
-    """With TAIL_SHARE = 1 every window ends at the makespan, frees every device's last ops and
-    reaches further back on the most loaded device (the last stage here)."""
-    monkeypatch.setattr(lns, "TAIL_SHARE", 1.0)
-    problem = _problem()
-    start = _serial(problem)
-    loads = [problem.device_load(d) for d in range(problem.devices)]
-    busiest = loads.index(max(loads))
+def _record_windows(problem, start, count):
+    """The windows ``lns.improve`` asks for, none of them solved, until ``count``; and its result."""
     seen = []
 
     class Recording:
@@ -232,19 +228,41 @@ def test_the_last_share_of_the_search_takes_tail_windows(monkeypatch):
         @staticmethod
         def run_phase(task):
             seen.append(task.window)
-            if len(seen) >= 3:
+            if len(seen) >= count:
                 raise KeyboardInterrupt
             return PhaseAnswer(Status.UNKNOWN, work=1.0)
 
     budget = Budget(60, deterministic=True)
     options = SolveOptions(time_limit=60, threads=1)
+    limit = budget.search(1.0)
     result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
-                         start, budget.search(1.0), False, 0.0)
+                         start, limit, False, 0.0)
+    return seen, result, limit
+
+
+def test_tail_windows_end_at_the_makespan_and_reach_back_on_the_busiest_device(monkeypatch):
+    """A tail window frees every device's last ops and reaches further back on the most loaded
+    device (the last stage here)."""
+    monkeypatch.setattr(lns, "TAIL_STALL", 0.0)
+    problem = _problem()
+    start = _serial(problem)
+    loads = [problem.device_load(d) for d in range(problem.devices)]
+    busiest = loads.index(max(loads))
+    seen, result, _ = _record_windows(problem, start, 3)
     assert len(seen) == 3 and result.tail_windows == result.windows == 2  # the third was interrupted
     for window in seen:
         assert window.t1 == start.makespan
         first = {d: min(op.start for op in window.free if op.device == d) for d in range(problem.devices)}
         assert first[busiest] < min(first[d] for d in range(problem.devices) if d != busiest)
+
+
+def test_tail_windows_start_when_the_ordinary_ones_stall():
+    """No window improves: after TAIL_STALL of the search's work the ordinary windows give way."""
+    problem = _problem()
+    seen, result, limit = _record_windows(problem, _serial(problem), 12)
+    ordinary = math.ceil(lns.TAIL_STALL * limit.deterministic / (1.0 + lns.WINDOW_OVERHEAD) - 1e-9)
+    assert 0 < ordinary < 11
+    assert result.windows == 11 and result.tail_windows == 11 - ordinary
 
 
 def test_tail_windows_are_shrunk_to_the_op_limit(monkeypatch):

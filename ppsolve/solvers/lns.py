@@ -62,13 +62,15 @@ BLOCK = 8  # devices in a block window
 # problems without offload) but longer schedules in 300 s solves on both cores (lin-d32-m128 6954.2
 # against 6779); docs/solver.md, benchmarks/lns_centres.py
 WAIT_SHARE = 0.0
-# Tail windows (schedules without transfers, where later ops keep their order): the last TAIL_SHARE of
-# the search's time goes to windows over the end of the schedule, TAIL_SPAN times one microbatch's
-# critical path on every device and TAIL_BACK times it more on the most loaded devices, each with
-# TAIL_SECONDS. Ordinary windows are time slices: they cannot take work of the busiest device from
-# before its last admission into the idle of the drain after it, which is what bounds the V-shapes
-# (vsh2-d16-m64: 2364.1 -> 2344.9 in 256 s from a 300 s solve; docs/solver.md)
-TAIL_SHARE = 0.5
+# Tail windows (schedules without transfers, where later ops keep their order): once the ordinary
+# windows have not shortened the schedule for TAIL_STALL of the search's time, the rest of it goes to
+# windows over the end of the schedule, TAIL_SPAN times one microbatch's critical path on every device
+# and TAIL_BACK times it more on the most loaded devices, each with TAIL_SECONDS. Ordinary windows are
+# time slices: they cannot take work of the busiest device from before its last admission into the
+# idle of the drain after it, which is what bounds the V-shapes (vsh2-d16-m64: 2364.1 -> 2344.9 in
+# 256 s of tail windows after a 300 s solve). Given the last half of every search instead, they made
+# 300 s solves longer (vsh2-d16 2384.2, vsh2-d32 4972.2): the ordinary windows need that time first.
+TAIL_STALL = 0.15
 TAIL_SPAN = (0.8, 1.3)
 TAIL_BACK = (0.8, 2.0)
 TAIL_SECONDS = 20.0
@@ -87,7 +89,7 @@ class LnsResult:
     interrupted: bool = False
     by_clock: bool = False  # deterministic mode: the wall clock, not the work limit, ended a window or the search
     sizes: list[int] = field(default_factory=list)
-    tail_windows: int = 0  # of ``windows``, those over the end of the schedule (TAIL_SHARE)
+    tail_windows: int = 0  # of ``windows``, those over the end of the schedule (TAIL_STALL)
     tail_improved: int = 0
 
 
@@ -160,15 +162,12 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     path = critical_path(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
     busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - 1e-9))
-    began = time.monotonic()
+    def clock() -> float:  # the search's progress: its work in deterministic mode, else the wall clock
+        return spent if deterministic else time.monotonic()
 
-    def in_tail() -> bool:
-        """Whether the search is in its last ``TAIL_SHARE`` (only where later ops keep their order)."""
-        if not orders or TAIL_SHARE <= 0:
-            return False
-        if deterministic:
-            return spent >= (1 - TAIL_SHARE) * limit.deterministic
-        return time.monotonic() >= began + (1 - TAIL_SHARE) * (limit.until - began)
+    total = limit.deterministic if deterministic else limit.until - time.monotonic()
+    last_gain = clock()  # when the ordinary windows last shortened the schedule
+    tail = False  # tail windows from the stall on (TAIL_STALL)
 
     def out_of_time() -> bool:
         if deterministic and spent >= limit.deterministic:
@@ -180,7 +179,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
 
     while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
         windows = []
-        tail = in_tail()
+        tail = tail or (orders and clock() - last_gain >= TAIL_STALL * total)
         if tail:
             window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest), inc.makespan,
                                  offload, orders)
@@ -235,6 +234,8 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
         began = time.monotonic()
         better = _accept(problem, inc, placements)
         if better is not None:
+            if better.makespan < inc.makespan - 1e-9 and not tail:
+                last_gain = clock()
             inc = Incumbent(better)
             result.best = better
             result.improved += 1
