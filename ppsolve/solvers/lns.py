@@ -68,7 +68,8 @@ WAIT_SHARE = 0.0
 # and TAIL_BACK times it more on the most loaded devices, each with TAIL_SECONDS. Ordinary windows are
 # time slices: they cannot take work of the busiest device from before its last admission into the
 # idle of the drain after it, which is what bounds the V-shapes (vsh2-d16-m64: 2364.1 -> 2344.9 in
-# 256 s of tail windows after a 300 s solve). Given the last half of every search instead, they made
+# 256 s of tail windows after a 300 s solve, ordinary windows 2362.0; from another start 2360.4 ->
+# 2354.7, ordinary windows 2349.5: benchmarks/tail_windows.py). Given the last half of every search, they made
 # 300 s solves longer (vsh2-d16 2384.2, vsh2-d32 4972.2): the ordinary windows need that time first.
 TAIL_STALL = 0.15
 TAIL_SPAN = (0.8, 1.3)

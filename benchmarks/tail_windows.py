@@ -1,0 +1,61 @@
+"""Tail windows against ordinary windows, each continuing the search from the same schedule.
+
+    PYTHONPATH=. python benchmarks/tail_windows.py start.json [--seconds 256] [--seed 0]
+
+``start.json`` is a schedule (it holds its problem), typically the result of a ``ppsolve solve`` whose
+ordinary windows have nearly stopped improving it. The large-neighbourhood search
+(``ppsolve.solvers.lns.improve``) then runs on it twice for ``--seconds`` each (both cores): once
+with ordinary windows only (``TAIL_STALL`` = inf) and once with tail windows only (``TAIL_STALL``
+= 0), and the line gives both makespans and what each search did. Each run is its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppsolve.bounds import makespan_lower_bound  # noqa: E402
+from ppsolve.schedule import load_schedule, make_schedule  # noqa: E402
+from ppsolve.simulator import retime  # noqa: E402
+from ppsolve.solvers import SolveOptions, lns  # noqa: E402
+from ppsolve.solvers.budget import Budget, Limit  # noqa: E402
+from ppsolve.solvers.cpsat import backend  # noqa: E402
+from ppsolve.solvers.progress import Progress  # noqa: E402
+from ppsolve.solvers.scaling import build_scaling  # noqa: E402
+
+
+def continue_search(start_path: str, stall: float, seconds: float, seed: int) -> str:
+    lns.TAIL_STALL = stall
+    start = load_schedule(start_path)
+    problem = start.problem
+    start = make_schedule(problem, retime(problem, start.ops), start.method.name)
+    budget = Budget(3 * seconds + 60, deterministic=False)  # the search's own limit below ends it
+    options = SolveOptions(time_limit=seconds, seed=seed)
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend,
+                         start, Limit(time.monotonic() + seconds), False, makespan_lower_bound(problem).value)
+    return (f"{start.makespan:g} -> {result.best.makespan:g} ({result.windows} windows, {result.improved} better, "
+            f"{result.tail_windows} tail windows, {result.tail_improved} of them better)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("start")
+    parser.add_argument("--seconds", type=float, default=256.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name, stall in (("ordinary windows", math.inf), ("tail windows", 0.0)):
+        with ProcessPoolExecutor(1) as pool:  # a fresh process: the constant and the memory are its own
+            line = pool.submit(continue_search, args.start, stall, args.seconds, args.seed).result()
+        print(f"{Path(args.start).stem}, {name}: {line}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
