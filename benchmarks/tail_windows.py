@@ -6,7 +6,8 @@
 ordinary windows have nearly stopped improving it. The large-neighbourhood search
 (``ppsolve.solvers.lns.improve``) then runs on it twice for ``--seconds`` each (both cores): once
 with ordinary windows only (``TAIL_STALL`` = inf) and once with tail windows only (``TAIL_STALL``
-= 0), and the line gives both makespans and what each search did. Each run is its own process.
+= 0); a line for each gives the start's makespan, the end's and what the search did. Each run is its
+own process. Tail windows apply to schedules without transfers only: on others both runs are alike.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppsolve.bounds import makespan_lower_bound  # noqa: E402
-from ppsolve.schedule import load_schedule, make_schedule  # noqa: E402
-from ppsolve.simulator import retime  # noqa: E402
+from ppsolve.schedule import load_schedule  # noqa: E402
 from ppsolve.solvers import SolveOptions, lns  # noqa: E402
 from ppsolve.solvers.budget import Budget, Limit  # noqa: E402
 from ppsolve.solvers.cpsat import backend  # noqa: E402
@@ -35,7 +35,7 @@ def continue_search(start_path: str, stall: float, seconds: float, seed: int) ->
     lns.TAIL_STALL = stall
     start = load_schedule(start_path)
     problem = start.problem
-    start = make_schedule(problem, retime(problem, start.ops), start.method.name)
+    start = lns.as_runtime_runs(problem, start)
     budget = Budget(3 * seconds + 60, deterministic=False)  # the search's own limit below ends it
     options = SolveOptions(time_limit=seconds, seed=seed)
     result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend,

@@ -29,6 +29,7 @@ from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
+from ppsolve.simulator import retime
 from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
@@ -131,6 +132,13 @@ def _pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[i
             break
         span, back = 0.9 * span, 0.9 * back
     return t0
+
+
+def as_runtime_runs(problem: Problem, start: Schedule) -> Schedule:
+    """``start`` re-timed as the runtime would run it, when that is shorter and checks; else ``start``
+    (a plan's simulation is already as early as the runtime would run it: checked once is enough)."""
+    timed = make_schedule(problem, retime(problem, start.ops), start.method.name)
+    return timed if timed.makespan < start.makespan - 1e-9 and check(timed).ok else start
 
 
 def batch_size(ops: int) -> int:

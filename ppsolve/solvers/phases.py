@@ -30,7 +30,7 @@ from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
                                  SolveResult, Status, wait_for)
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
-from ppsolve.solvers.lns import LnsResult, improve
+from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, shortest
@@ -327,9 +327,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
 def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
     """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``)."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
-    timed = make_schedule(run.problem, retime(run.problem, start.ops), start.method.name)  # as the runtime runs it
-    if not (timed.makespan < start.makespan - 1e-9 and check(timed).ok):
-        timed = start  # already as early as the runtime would run it (a plan's simulation): checked once is enough
+    timed = as_runtime_runs(run.problem, start)
     result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
                      run.use_offload, run.lb)
     run.progress.end_phase()
