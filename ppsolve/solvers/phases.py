@@ -324,10 +324,16 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.progress.end_phase()
 
 
-def _large_neighbourhoods(run: _Run, start: Schedule, limit: Limit) -> Schedule:
-    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``)."""
+def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float) -> Schedule:
+    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``), with
+    ``share`` of the time limit and ``keep`` of it kept for later phases; when none follows (``keep``
+    0), the reserve shrinks (``Budget.lean_reserve``): every schedule the search keeps is checked."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
+    began = time.monotonic()
     timed = as_runtime_runs(run.problem, start)
+    if keep == 0:
+        run.budget.lean_reserve(time.monotonic() - began)  # a re-timing and a check: more than a check
+    limit = run.budget.search(share, keep)
     result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
                      run.use_offload, run.lb)
     run.progress.end_phase()
@@ -348,7 +354,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     keep = SHARE_OFFLOAD if run.use_offload and run.whole_model else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
-        best, lower, proven = _large_neighbourhoods(run, warm, run.budget.search(share, keep)), lb, False
+        best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
     else:
         lns_after = run.windows and run.ops > LNS_AFTER_OPS and share * options.time_limit >= LNS_MIN_SECONDS
         whole = share * WHOLE_SHARE if lns_after else share
@@ -356,7 +362,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
-                best = _large_neighbourhoods(run, start, run.budget.search(share - whole, keep))
+                best = _large_neighbourhoods(run, start, share - whole, keep)
     if best is not None and best.offloaded > 0 and not run.interrupted and run.whole_model:
         best = _least_offload(run, best, SHARE_OFFLOAD)
     from_warm = best is not None and best is warm
