@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 
 import pytest
@@ -100,6 +101,39 @@ def test_windows_that_share_nothing_are_independent():
     overlapping = make_window(inc, range(4), 10.0, 30.0, offload=False)
     assert early.independent(late) and late.independent(early)
     assert not early.independent(overlapping)
+
+
+@pytest.mark.parametrize("capacity", [2.25, None], ids=["capped", "uncapped"])
+def test_time_slices_that_keep_orders_need_only_be_disjoint_in_time(capacity):
+    """Without transfers, adjacent time slices are independent although the later one reads the earlier
+    one's ops, and their placements compose into a valid schedule; a block of devices, or slices that
+    overlap, are not."""
+    problem = _problem(capacity=capacity)
+    inc = Incumbent(_serial(problem))
+    H = inc.makespan
+    budget = Budget(30, deterministic=True)
+    options = SolveOptions(time_limit=30, threads=1)
+    slices = [make_window(inc, range(4), a * H, b * H, offload=False, orders=True)
+              for a, b in ((0.1, 0.3), (0.3, 0.5), (0.5, 0.7))]
+    assert all(w.time_slice for w in slices)
+    assert not slices[0].moves.isdisjoint(slices[1].reads)  # the general rule would refuse them
+    assert slices[0].independent(slices[1]) and slices[1].independent(slices[2]) and slices[0].independent(slices[2])
+    assert slices[0].may_be_independent(inc, range(4), 0.3 * H, 0.4 * H)
+    assert not slices[0].may_be_independent(inc, range(4), 0.25 * H, 0.4 * H)
+    overlapping = make_window(inc, range(4), 0.2 * H, 0.4 * H, offload=False, orders=True)
+    block = make_window(inc, (1, 2), 0.3 * H, 0.5 * H, offload=False, orders=True)
+    assert not block.time_slice and not slices[0].independent(overlapping)
+    fixed_times = make_window(inc, range(4), 0.3 * H, 0.5 * H, offload=False)
+    assert not fixed_times.independent(slices[0])
+    placements = []
+    for window in slices:
+        task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, options, budget, budget.search(0.01),
+                         Progress(budget, "cpsat"), window=window)
+        answer = backend.run_phase(task)
+        assert answer.status.solved
+        placements.append((window, answer.solutions[-1]))
+    composed = make_schedule(problem, compose(inc, placements), "x")
+    assert check(composed).ok and composed.makespan < H  # serial leaves room in every slice
 
 
 def test_solve_switches_to_neighbourhoods_above_the_size_limit(monkeypatch):
@@ -272,3 +306,91 @@ def test_tail_windows_are_shrunk_to_the_op_limit(monkeypatch):
     t0 = lns._pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,))
     assert sum(1 for op in inc.schedule.ops if op.kind.is_compute and op.start >= t0[op.device]) <= 30
     assert t0[3] < t0[0] == t0[1] == t0[2]
+
+
+@pytest.mark.parametrize("offload", [None, OFFLOAD])
+def test_the_compute_ops_a_pick_frees_are_known_before_its_window_is_built(offload):
+    """A round skips a pick that would move an op one of its windows reads, without building it:
+    ``Incumbent.compute_between`` is exactly the compute ops the window would free (host links closed)."""
+    problem = _problem(offload)
+    inc = Incumbent(_serial(problem, offload is not None))
+    H = inc.makespan
+    for devices, t0, t1 in (((0,), 0.2 * H, 0.5 * H), ((1, 2), 0.0, 0.3 * H), (range(4), 0.6 * H, 0.65 * H)):
+        window = make_window(inc, devices, t0, t1, offload=offload is not None)
+        frees = {op.op for op in window.free if op.kind.is_compute}
+        assert set(inc.compute_between(devices, t0, t1)) == frees and frees
+
+
+def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
+    """Every schedule the search keeps is checked: only writing one is left after it, so its limit
+    runs to the deadline less LEAN_RESERVE_SHARE of the time limit, not the usual reserve."""
+    monkeypatch.setattr(phases, "WHOLE_MODEL_OPS", 10)
+    limits = []
+    real = lns.improve
+
+    def recording(problem, scaling, options, budget, progress, backend_, start, limit, *rest):
+        limits.append((limit, budget.deadline))
+        return real(problem, scaling, options, budget, progress, backend_, start, limit, *rest)
+
+    monkeypatch.setattr(phases, "improve", recording)
+    solve(_problem(), SolveOptions(time_limit=20, threads=2))
+    (limit, deadline), = limits
+    assert deadline - limit.until == pytest.approx(0.2, abs=0.05)  # 1 % of 20 s: the check took far less
+    assert 0.2 < Budget(20, False).reserve
+
+
+def test_the_lean_reserve_never_grows_and_covers_a_few_checks():
+    budget = Budget(300, False)
+    assert budget.reserve == pytest.approx(24.0)
+    budget.lean_reserve(0.1)
+    assert budget.reserve == pytest.approx(3.0)  # LEAN_RESERVE_SHARE of 300 s
+    budget.lean_reserve(2.0)
+    assert budget.reserve == pytest.approx(3.0)
+    slow = Budget(300, False)
+    slow.lean_reserve(2.0)
+    assert slow.reserve == pytest.approx(8.0)  # RESERVE_CHECKS checks
+    tight = Budget(300, False)
+    tight.lean_reserve(10.0)
+    assert tight.reserve == pytest.approx(24.0)
+
+
+def test_a_round_searches_its_windows_two_at_a_time_and_answers_them_in_order():
+    """Outside deterministic mode the independent windows of a round are searched in parallel, each
+    on one thread: the two searches below meet at a barrier, which a one-at-a-time run never passes."""
+    barrier = threading.Barrier(2, timeout=10)
+
+    class Backend:
+        @staticmethod
+        def run_phase(task):
+            barrier.wait()
+            return PhaseAnswer(Status.FEASIBLE, [[task.window]])
+
+    windows = ["a", "b"]
+    tasks = lambda w: PhaseTask(None, None, Phase.MAKESPAN, SolveOptions(threads=1), None, None, None, window=w)
+    answers = list(lns._answers(windows, tasks, Backend, 2, lambda: False))
+    assert [w for w, _ in answers] == windows and [a.solutions for _, a in answers] == [[["a"]], [["b"]]]
+
+
+def test_a_round_that_is_not_better_is_tried_again_with_its_shorter_paths_alone(monkeypatch):
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    H = inc.makespan
+    budget = Budget(30, deterministic=True)
+    same = make_window(inc, range(4), 0.1 * H, 0.2 * H, offload=False, orders=True)
+    shorter = make_window(inc, range(4), 0.4 * H, 0.6 * H, offload=False, orders=True)
+    task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(time_limit=30, threads=1), budget,
+                     budget.search(0.01), Progress(budget, "cpsat"), window=shorter)
+    placed = backend.run_phase(task).solutions[-1]
+    assert shorter.measure(placed)[0] < shorter.current - 1e-9
+    placements = [(same, list(same.free)), (shorter, placed)]  # the first leaves its window as it was
+    calls = []
+    real = lns._composed
+
+    def first_refused(problem_, inc_, tried):
+        calls.append([w for w, _ in tried])
+        return None if len(calls) == 1 else real(problem_, inc_, tried)
+
+    monkeypatch.setattr(lns, "_composed", first_refused)
+    better = lns._accept(problem, inc, placements)
+    assert calls == [[same, shorter], [shorter]]
+    assert better is not None and better.makespan < H and check(better).ok

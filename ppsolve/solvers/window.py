@@ -62,15 +62,33 @@ class Window:
     moves: frozenset[Op]  # the ops the model may place (free ops, transfers it may add)
     reads: frozenset[Op]  # those and every fixed op whose time the model reads
     orders: bool  # the ops after the window keep their order, not their times (see make_window)
+    time_slice: bool = False  # it frees every op of every device that starts in [t0, t1)
 
     @property
     def size(self) -> int:
         return len(self.free)
 
     def independent(self, other: "Window") -> bool:
-        """Whether the two models can be solved on one incumbent and both placements applied:
-        neither moves an op the other reads."""
+        """Whether the two models can be solved on one incumbent and both placements applied.
+
+        In general: neither moves an op the other reads. Two time slices with ``orders`` need only be
+        disjoint in time. Each keeps its ops between the same ops of every device, so each device's
+        memory, a matter of its order alone, is what each model checked. The composed orders have no
+        cycle: every op of the earlier slice precedes every op of the later one and the ops between
+        them, as in the incumbent. Each model read the other's ops at their old times, so its longest
+        path is only an estimate; the re-timing and the check of the composed schedule decide.
+        """
+        if self.time_slice and other.time_slice and self.orders and other.orders:
+            return self.t1 <= other.t0 or other.t1 <= self.t0
         return self.moves.isdisjoint(other.reads) and other.moves.isdisjoint(self.reads)
+
+    def may_be_independent(self, inc: "Incumbent", devices, t0: float, t1: float) -> bool:
+        """Whether a window of ``devices`` and [t0, t1) on ``inc`` (one t0 for all) could be independent
+        of this one (:meth:`independent`), told before it is built: the time ranges, or the compute
+        ops it would free against the ops this one reads."""
+        if self.time_slice and self.orders and len(link_closed(inc.problem, devices)) == inc.problem.devices:
+            return self.t1 <= t0 or t1 <= self.t0
+        return self.reads.isdisjoint(inc.compute_between(devices, t0, t1))
 
     def measure(self, placed) -> tuple[float, float]:
         """(longest path through the window, sum of the ends of its compute ops) of a placement."""
@@ -113,6 +131,15 @@ class Incumbent:
             device_spans.sort()
         self.spans = spans
         self.span_starts = [[x[0] for x in s] for s in spans]
+
+    def compute_between(self, devices, t0: float, t1: float) -> list[Op]:
+        """The compute ops of ``devices`` (closed under host links, as a window's) that start in [t0, t1):
+        what a window of them frees besides transfers."""
+        out = []
+        for d in link_closed(self.problem, devices):
+            starts = self.compute_starts[d]
+            out += [op.op for op in self.compute[d][bisect_left(starts, t0):bisect_left(starts, t1)]]
+        return out
 
     @cached_property
     def critical_waits(self) -> list[ScheduledOp]:
@@ -285,7 +312,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         tails[op] = best
     window = Window(tuple(devices), min(starts_at[d] for d in devices), t1, tuple(free), fixed, low, high, tails,
                     tuple(memory_keys), frozenset(choosable), 0.0, 0.0, late, frozenset(movable), frozenset(movable | set(fixed) | edges),
-                    orders)
+                    orders, len(devices) == p.devices and len(set(starts_at.values())) == 1 and not inc.lanes)
     current, flow = window.measure(free)
     return replace(window, current=current, flow=flow)
 
