@@ -13,8 +13,7 @@ a valid schedule.
 A window is sized to hold about ``size`` free ops: the size grows while windows are solved to
 optimality within their limit and shrinks when they are not. Re-timing and checking the whole
 schedule cost more than a window on large problems, so a round solves several windows that do
-not touch each other (:meth:`Window.independent`), two at a time outside deterministic mode, and
-applies them together.
+not touch each other (:meth:`Window.independent`) and applies them together.
 """
 
 from __future__ import annotations
@@ -55,7 +54,10 @@ ROUND_SECONDS_PER_OP = 5e-5
 OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
 MAX_BATCH = 12  # ... up to this many
 PICKS_PER_WINDOW = 3  # a round draws up to this many picks per window of its batch
-MAX_PARALLEL = 2  # windows searched at once (each on one thread), outside deterministic mode
+# windows searched at once, each on one thread (outside deterministic mode, without offload). Off: two at
+# a time ran twice the windows, but the scale run with it (session 13) was longer than session 7's on 8
+# of 12 problems; vsh2-d16 2394 against 2370.3 one at a time in the same code (docs/solver.md)
+MAX_PARALLEL = 1
 ORDERS = True  # without transfers, ops after a window keep their order rather than their times
 # up to this many devices a window spans all of them; beyond, half its windows take a block (at d = 32,
 # windows over all devices did better on three of the four problems measured, 1 % worse on the linear one
@@ -171,9 +173,10 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     batch = batch_size(len(start.ops))
     applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
     guard = WINDOW_GUARD if deterministic else 1.0  # a window's wall clock, in its own time limits
-    parallel = 1 if deterministic else max(1, min(MAX_PARALLEL, options.threads or os.cpu_count() or 1))
-    window_options = options if parallel == 1 else replace(options, threads=1)
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
+    # never with offload: the four offload problems of the scale run with it were all longer (docs/solver.md)
+    parallel = 1 if deterministic or not orders else max(1, min(MAX_PARALLEL, options.threads or os.cpu_count() or 1))
+    window_options = options if parallel == 1 else replace(options, threads=1)
 
     path = critical_path(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
@@ -271,8 +274,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
 def _answers(windows: list[Window], task, backend: ModuleType, parallel: int, out_of_time):
     """(window, the backend's answer) for each window in order, ``parallel`` searches at a time (each
     on one thread); none starts once ``out_of_time()``. Independent windows need no order among
-    them; in a 300 s solve of vsh2-d32, two searches of one thread each ran 684 windows and gave a
-    shorter schedule than one search of two threads at a time (385 windows; docs/solver.md)."""
+    them (``MAX_PARALLEL``: off, as measured in docs/solver.md)."""
     if parallel == 1 or len(windows) == 1:
         for window in windows:
             if out_of_time():
