@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import time
 
 import pytest
@@ -352,23 +351,6 @@ def test_the_lean_reserve_never_grows_and_covers_a_few_checks():
     tight = Budget(300, False)
     tight.lean_reserve(10.0)
     assert tight.reserve == pytest.approx(24.0)
-
-
-def test_a_round_searches_its_windows_two_at_a_time_and_answers_them_in_order():
-    """Outside deterministic mode the independent windows of a round are searched in parallel, each
-    on one thread: the two searches below meet at a barrier, which a one-at-a-time run never passes."""
-    barrier = threading.Barrier(2, timeout=10)
-
-    class Backend:
-        @staticmethod
-        def run_phase(task):
-            barrier.wait()
-            return PhaseAnswer(Status.FEASIBLE, [[task.window]])
-
-    windows = ["a", "b"]
-    tasks = lambda w: PhaseTask(None, None, Phase.MAKESPAN, SolveOptions(threads=1), None, None, None, window=w)
-    answers = list(lns._answers(windows, tasks, Backend, 2, lambda: False))
-    assert [w for w, _ in answers] == windows and [a.solutions for _, a in answers] == [[["a"]], [["b"]]]
 
 
 def test_a_round_that_is_not_better_is_tried_again_with_its_shorter_paths_alone(monkeypatch):

@@ -18,12 +18,10 @@ not touch each other (:meth:`Window.independent`) and applies them together.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from bisect import bisect_left
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from ppsolve.bounds import critical_path
@@ -36,7 +34,7 @@ from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
-from ppsolve.solvers.window import Incumbent, Window, compose, make_window
+from ppsolve.solvers.window import Incumbent, compose, make_window
 
 START_SIZE = 120  # free ops in the first window
 MIN_SIZE, MAX_SIZE = 60, 2000
@@ -54,10 +52,6 @@ ROUND_SECONDS_PER_OP = 5e-5
 OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
 MAX_BATCH = 12  # ... up to this many
 PICKS_PER_WINDOW = 3  # a round draws up to this many picks per window of its batch
-# windows searched at once, each on one thread (outside deterministic mode, without offload). Off: two at
-# a time ran twice the windows, but the scale run with it (session 13) was longer than session 7's on 8
-# of 12 problems; vsh2-d16 2394 against 2370.3 one at a time in the same code (docs/solver.md)
-MAX_PARALLEL = 1
 ORDERS = True  # without transfers, ops after a window keep their order rather than their times
 # up to this many devices a window spans all of them; beyond, half its windows take a block (at d = 32,
 # windows over all devices did better on three of the four problems measured, 1 % worse on the linear one
@@ -174,9 +168,6 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
     guard = WINDOW_GUARD if deterministic else 1.0  # a window's wall clock, in its own time limits
     orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
-    # never with offload: the four offload problems of the scale run with it were all longer (docs/solver.md)
-    parallel = 1 if deterministic or not orders else max(1, min(MAX_PARALLEL, options.threads or os.cpu_count() or 1))
-    window_options = options if parallel == 1 else replace(options, threads=1)
 
     path = critical_path(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
@@ -214,19 +205,16 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 windows.append(window)
         seconds = TAIL_SECONDS if tail else WINDOW_SECONDS
         placements = []
-
-        def task(window: Window) -> PhaseTask:  # when its search starts: its limits count from then
-            det = max(0.05, min(seconds, limit.deterministic - spent)) if deterministic else None
-            return PhaseTask(problem, scaling, Phase.MAKESPAN, window_options, budget,
-                             Limit(min(limit.until, time.monotonic() + seconds * guard), det), progress,
-                             window=window)
-
-        answers = _answers(windows, task, backend, parallel, out_of_time)
-        while True:
-            try:
-                window, answer = next(answers)
-            except StopIteration:
+        for window in windows:
+            if out_of_time():
                 break
+            now = time.monotonic()
+            det = max(0.05, min(seconds, limit.deterministic - spent)) if deterministic else None
+            task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
+                             Limit(min(limit.until, now + seconds * guard), det), progress,
+                             window=window)
+            try:
+                answer = backend.run_phase(task)
             except KeyboardInterrupt:
                 result.interrupted = True
                 break
@@ -269,27 +257,6 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             progress.detail(f"({result.windows} windows of ~{size} ops, {result.improved} better)")
         applying = time.monotonic() - began
     return result
-
-
-def _answers(windows: list[Window], task, backend: ModuleType, parallel: int, out_of_time):
-    """(window, the backend's answer) for each window in order, ``parallel`` searches at a time (each
-    on one thread); none starts once ``out_of_time()``. Independent windows need no order among
-    them (``MAX_PARALLEL``: off, as measured in docs/solver.md)."""
-    if parallel == 1 or len(windows) == 1:
-        for window in windows:
-            if out_of_time():
-                return
-            yield window, backend.run_phase(task(window))
-        return
-    pool = ThreadPoolExecutor(parallel)
-    try:
-        futures = [pool.submit(lambda w=w: None if out_of_time() else backend.run_phase(task(w))) for w in windows]
-        for window, future in zip(windows, futures):
-            answer = future.result()
-            if answer is not None:
-                yield window, answer
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:

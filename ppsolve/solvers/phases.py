@@ -332,7 +332,7 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
     began = time.monotonic()
     timed = as_runtime_runs(run.problem, start)
     if keep == 0:
-        run.budget.lean_reserve(time.monotonic() - began)  # a re-timing and a check: more than a check
+        run.budget.lean_reserve(time.monotonic() - began)  # a re-timing (and a check when shorter): about a check
     limit = run.budget.search(share, keep)
     result = improve(run.problem, run.scaling, run.options, run.budget, run.progress, run.backend, timed, limit,
                      run.use_offload, run.lb)

@@ -137,8 +137,8 @@ class Incumbent:
         what a window of them frees besides transfers."""
         out = []
         for d in link_closed(self.problem, devices):
-            starts = self.compute_starts[d]
-            out += [op.op for op in self.compute[d][bisect_left(starts, t0):bisect_left(starts, t1)]]
+            i0, i1 = starting_in(self.compute_starts[d], t0, t1)
+            out += [op.op for op in self.compute[d][i0:i1]]
         return out
 
     @cached_property
@@ -171,6 +171,11 @@ class Incumbent:
                 best = max(best, tail[follow])
             tail[key] = (op.end - op.start) + best
         return tail
+
+
+def starting_in(starts: list[float], t0: float, t1: float) -> tuple[int, int]:
+    """The index range of the ops (``starts``: their starts, in order) that start in [t0, t1)."""
+    return bisect_left(starts, t0), bisect_left(starts, t1)
 
 
 def link_closed(problem: Problem, devices) -> tuple[int, ...]:
@@ -216,7 +221,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
             starts_at[d] = min(starts_at[e] for e in link_closed(p, (d,)) if e in starts_at)
 
     def take(ops, starts, begin):
-        i0, i1 = bisect_left(starts, begin), bisect_left(starts, t1)
+        i0, i1 = starting_in(starts, begin, t1)
         before = ops[i0 - 1].end if i0 > 0 else 0.0
         after = ops[i1] if i1 < len(ops) else None
         if i0 > 0:
