@@ -196,16 +196,44 @@ def test_windows_are_often_centred_where_a_longest_path_waits_for_its_device(mon
     assert 0 < len(waits) < len(inc.critical_ops)  # the serial schedule has critical ops that do not wait
 
     def centred_on_a_wait(share: float) -> int:
-        """How many of 40 windows have a waiting critical op where _pick puts its centre (0.2 to 0.8 in)."""
+        """How many of 40 windows have a waiting critical op where _draw puts its centre (0.2 to 0.8 in)."""
         monkeypatch.setattr(lns, "WAIT_SHARE", share)
         rng, hits = random.Random(1), 0
         for _ in range(40):
-            _, t0, t1 = lns._pick(inc, rng, 1)  # narrow windows
+            _, t0, t1 = lns._draw(inc, rng, 1)  # narrow windows
             hits += any(t0 + 0.2 * (t1 - t0) - 1e-9 <= op.start <= t0 + 0.8 * (t1 - t0) + 1e-9 for op in waits)
         return hits
 
     assert centred_on_a_wait(1.0) == 40
     assert centred_on_a_wait(0.0) < 40
+
+
+def test_a_pick_whose_range_holds_no_wait_of_a_longest_path_is_drawn_again(monkeypatch):
+    problem = _problem()
+    inc = Incumbent(_serial(problem))
+    waits = inc.critical_waits
+    busy = [op for op in inc.critical_ops if op not in waits]
+    assert waits and busy
+
+    def holds_a_wait(devices, t0, t1) -> bool:  # what waits_within says, the long way
+        return any(op.device in devices and t0 < op.start < t1 for op in waits)
+
+    rng = random.Random(3)
+    for _ in range(200):
+        devices, t0, t1 = lns._draw(inc, rng, 1)
+        assert inc.waits_within(devices, t0, t1) == holds_a_wait(devices, t0, t1)
+        assert not inc.waits_within(devices, t0, t0)
+
+    def with_a_wait(draws: int) -> int:
+        """How many of 60 narrow picks hold a waiting critical op, with ``draws`` draws at most."""
+        monkeypatch.setattr(lns, "IDLE_DRAWS", draws)
+        rng = random.Random(5)
+        return sum(holds_a_wait(*lns._pick(inc, rng, 1)) for _ in range(60))
+
+    default = lns.IDLE_DRAWS
+    once, redrawn = with_a_wait(1), with_a_wait(default)
+    assert once < 60  # narrow windows drawn once often hold no wait ...
+    assert redrawn > once and redrawn >= 55  # ... drawn again they nearly always do
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

@@ -26,7 +26,7 @@ makespan after re-timing.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -144,10 +144,24 @@ class Incumbent:
     @cached_property
     def critical_waits(self) -> list[ScheduledOp]:
         """The critical ops that their device sits idle before (what a window could close); computed
-        when first asked for (only when ``lns.WAIT_SHARE`` is on)."""
+        when first asked for."""
         previous_end = {b.op: a.end for ops in self.compute for a, b in zip(ops, ops[1:])}
         return [op for op in self.critical_ops
                 if op.start - previous_end.get(op.op, 0.0) > 1e-9 * max(1.0, self.makespan)]
+
+    @cached_property
+    def _wait_starts(self) -> list[list[float]]:
+        """Each device's critical waits, their starts in order."""
+        starts: list[list[float]] = [[] for _ in range(self.problem.devices)]
+        for op in self.critical_waits:
+            starts[op.device].append(op.start)
+        for device_starts in starts:
+            device_starts.sort()
+        return starts
+
+    def waits_within(self, devices, t0: float, t1: float) -> bool:
+        """Whether a critical op of one of ``devices`` that its device sits idle before starts in (t0, t1)."""
+        return any(bisect_right(s, t0) < bisect_left(s, t1) for s in (self._wait_starts[d] for d in devices))
 
     def _tails(self, by_start: list[ScheduledOp]) -> dict[Op, float]:
         """For every op, the longest path from its start to the end of the schedule through its
