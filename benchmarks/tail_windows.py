@@ -31,15 +31,22 @@ from ppsolve.solvers.progress import Progress  # noqa: E402
 from ppsolve.solvers.scaling import build_scaling  # noqa: E402
 
 
-def continue_search(start_path: str, stall: float, seconds: float, seed: int) -> str:
-    lns.TAIL_STALL = stall
+def search_from(start_path: str, seconds: float, seed: int, searcher=backend):
+    """(the start re-timed as the runtime would, the search's result): ``lns.improve`` continued from
+    the schedule at ``start_path`` for ``seconds`` on both cores, windows searched by ``searcher``."""
     start = load_schedule(start_path)
     problem = start.problem
     start = lns.as_runtime_runs(problem, start)
     budget = Budget(3 * seconds + 60, deterministic=False)  # the search's own limit below ends it
     options = SolveOptions(time_limit=seconds, seed=seed)
-    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend,
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), searcher,
                          start, Limit(time.monotonic() + seconds), False, makespan_lower_bound(problem).value)
+    return start, result
+
+
+def continue_search(start_path: str, stall: float, seconds: float, seed: int) -> str:
+    lns.TAIL_STALL = stall
+    start, result = search_from(start_path, seconds, seed)
     return (f"{start.makespan:g} -> {result.best.makespan:g} ({result.windows} windows, {result.improved} better, "
             f"{result.tail_windows} tail windows, {result.tail_improved} of them better)")
 

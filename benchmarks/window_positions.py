@@ -7,7 +7,7 @@ large-neighbourhood search (``ppsolve.solvers.lns.improve``, ordinary windows on
 continues from it for ``--seconds``; ``--draws`` sets ``lns.IDLE_DRAWS`` (1: every pick as drawn).
 Each window is counted in the tenth of the incumbent's makespan where its range is centred: how
 many there were, how many shortened the longest path through them, how many only ended their ops
-earlier, and how many were proven; then the rounds that shortened the schedule.
+earlier, and how many were proven.
 """
 
 from __future__ import annotations
@@ -15,20 +15,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppsolve.bounds import makespan_lower_bound  # noqa: E402
-from ppsolve.schedule import load_schedule  # noqa: E402
-from ppsolve.solvers import SolveOptions, lns  # noqa: E402
+from ppsolve.solvers import lns  # noqa: E402
 from ppsolve.solvers.api import Status  # noqa: E402
-from ppsolve.solvers.budget import Budget, Limit  # noqa: E402
 from ppsolve.solvers.cpsat import backend  # noqa: E402
-from ppsolve.solvers.progress import Progress  # noqa: E402
-from ppsolve.solvers.scaling import build_scaling  # noqa: E402
+from tail_windows import search_from  # noqa: E402  (this folder is on the path when run as a script)
 
 TENTHS = 10
 
@@ -74,30 +69,13 @@ def main(argv=None) -> int:
         return window
 
     lns.make_window = located
-    rounds = []
-    accept = lns._accept
-
-    def logged(problem, inc, placements):
-        better = accept(problem, inc, placements)
-        if better is not None and better.makespan < inc.makespan - 1e-9:
-            rounds.append((inc.makespan, better.makespan, len(placements)))
-        return better
-
-    lns._accept = logged
-    start = load_schedule(args.start)
-    problem = start.problem
-    start = lns.as_runtime_runs(problem, start)
-    budget = Budget(3 * args.seconds + 60, deterministic=False)
-    options = SolveOptions(time_limit=args.seconds, seed=args.seed)
-    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), traced,
-                         start, Limit(time.monotonic() + args.seconds), False, makespan_lower_bound(problem).value)
+    start, result = search_from(args.start, args.seconds, args.seed, traced)
     print(f"{Path(args.start).stem}, draws {args.draws}: {start.makespan:g} -> {result.best.makespan:g} "
           f"({result.windows} windows, {result.improved} better)")
     print("| centre (share of the makespan) | windows | shorter path | earlier ends only | proven |")
     print("|---|---|---|---|---|")
     for i, (n, shorter, flow, proven) in enumerate(traced.rows):
         print(f"| {i / TENTHS:.1f}-{(i + 1) / TENTHS:.1f} | {n} | {shorter} | {flow} | {proven} |")
-    print(f"rounds that shortened the schedule: {len(rounds)}")
     return 0
 
 

@@ -64,10 +64,11 @@ BLOCK = 8  # devices in a block window
 # problems without offload) but longer schedules in 300 s solves on both cores (lin-d32-m128 6954.2
 # against 6779); docs/solver.md, benchmarks/lns_centres.py
 WAIT_SHARE = 0.0
-# A window can only shorten a longest path where the path waits: one whose range holds no critical op
-# that its device sits idle before is drawn again, up to this many draws in all (1: any draw). On a
-# 300 s vsh2-d32 schedule none of 114 windows centred in the middle 50 % of the time, where device 0
-# is busy throughout, shortened its path; 34 of the 90 at either end did (docs/solver.md)
+# A window shortens a longest path where the path waits: one whose range holds no critical op that
+# its device sits idle before is drawn again, up to this many draws in all (1: any draw). Continuing
+# from a 300 s vsh2-d32 schedule with one draw, 1 of the 118 windows centred in 0.3-0.8 of the
+# makespan, where device 0 is busy throughout, shortened its path; 26 of the other 140 did
+# (docs/solver.md, benchmarks/window_positions.py)
 IDLE_DRAWS = 8
 # Tail windows (schedules without transfers, where later ops keep their order): once the ordinary
 # windows have not shortened the schedule for TAIL_STALL of the search's time, the rest of it goes to
