@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.cli import main
 from ppsolve.problem import load_problem, problem_from_dict
-from ppsolve.solvers.split_bound import _chain, split_bound, why_not
+from ppsolve.solvers.split_bound import _chain, _least, split_bound, why_not
 from tests.helpers import make_problem
 from tests.solver_cases import proven_optimum
 from tests.test_bound_validity import spaced_problems
@@ -99,3 +99,19 @@ def test_bound_command_prints_the_split(tmp_path, capsys):
     assert data["split"]["reason"] is None
     assert main(["bound", str(path), "--split", "0"]) == 2
     assert "split: must be > 0 seconds" in capsys.readouterr().err
+
+
+def test_the_smaller_sizes_cuts_keep_the_optimum():
+    """With every smaller size's proven bound as a cut (``_known_cuts``), the whole 4 x 8 model still
+    reaches the optimum the plain model proves: the cuts remove no optimal schedule."""
+    problem = problem_from_dict(LINEAR_4X8)
+    entries = {n: _least(problem, n, True, 30, 1, {}, {}) for n in range(2, 8)}
+    rests: dict = {}
+    for k in range(1, 8):
+        rests[k] = _least(problem, k, False, 30, 1, entries, rests)
+    assert all(proven for _, proven in [*entries.values(), *rests.values()])
+    assert _least(problem, 8, False, 60, 1, entries, rests) == (pytest.approx(472.4), True)
+    # and they are in the model: claim OPT(7) were the whole optimum, and 8 microbatches take longer
+    # by the first F(0) (7) at least
+    inflated = {**rests, 7: (472.4, True)}
+    assert _least(problem, 8, False, 60, 1, entries, inflated)[0] >= 472.4 + 7 - 1e-9

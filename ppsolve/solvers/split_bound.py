@@ -94,8 +94,10 @@ def why_not(problem: Problem) -> str | None:
     return None
 
 
-def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int | None) -> tuple[float, bool]:
-    """(a proven lower bound, whether it is the optimum) of A(n) (``entry``) or OPT(n)."""
+def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int | None,
+           entries: dict[int, tuple[float, bool]], rests: dict[int, tuple[float, bool]]) -> tuple[float, bool]:
+    """(a proven lower bound, whether it is the optimum) of A(n) (``entry``) or OPT(n), the smaller
+    sizes' bounds found so far (``entries``, ``rests``) added as cuts (``_known_cuts``)."""
     sub = replace(problem, microbatches=n)
     scaling = build_scaling(sub)
     cut = 0 if entry else scaling.time(makespan_lower_bound(sub).value)
@@ -104,6 +106,7 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
     add_order_constraints(v)
     constraints.memory(v, scaling.capacity)
     add_cuts(v, symmetry=True, capped=True, lower_bound=cut)
+    _known_cuts(v, entries, rests if not entry else {})
     model.minimize(v.start[Op(OpKind.F, 0, n - 1)] if entry else v.makespan)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
@@ -114,15 +117,31 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
     return bound / scaling.time_scale, code == cp_model.OPTIMAL
 
 
-def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None) -> dict[int, tuple[float, bool]]:
+def _known_cuts(v, entries: dict[int, tuple[float, bool]], rests: dict[int, tuple[float, bool]]) -> None:
+    """The smaller sizes' bounds as cuts (the microbatches are in F(0) order, ``add_cuts``'s symmetry):
+    F(0, j) - F(0, i) >= A(j - i + 1) for i < j, and makespan >= F(0, i) + OPT(n - i) (the module
+    docstring's two facts, on the model's own microbatches)."""
+    n, sc, model = v.problem.microbatches, v.scaling, v.model
+    first = [v.start[Op(OpKind.F, 0, j)] for j in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            if j - i + 1 in entries:
+                model.add(first[j] - first[i] >= sc.time(entries[j - i + 1][0]))
+        if i > 0 and n - i in rests:
+            model.add(v.makespan >= first[i] + sc.time(rests[n - i][0]))
+
+
+def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None,
+          entries: dict[int, tuple[float, bool]]) -> dict[int, tuple[float, bool]]:
     """A(n) (``entry``) or OPT(n) for the growing ``sizes``, each with half the time ``left()``, until
-    ``UNPROVEN_STOP`` of them are not proven in time or no time is left."""
+    ``UNPROVEN_STOP`` of them are not proven in time or no time is left; each with the bounds on
+    A (``entries``, those of the first round, or the ones this round finds) and OPT found before it."""
     found: dict[int, tuple[float, bool]] = {}
     unproven = 0
     for n in sizes:
         if left() <= 0 or unproven >= UNPROVEN_STOP:
             break
-        found[n] = _least(problem, n, entry, left() / 2, threads)
+        found[n] = _least(problem, n, entry, left() / 2, threads, found if entry else entries, found)
         unproven += not found[n][1]
     return found
 
@@ -166,7 +185,7 @@ def split_bound(problem: Problem, seconds: float, threads: int | None = None) ->
     def left(share: float = 1.0):
         return lambda: share * seconds - (time.monotonic() - began)
 
-    entries = _grow(problem, True, range(2, m), left(PREFIX_SHARE), threads)
-    rests = _grow(problem, False, range(1, m), left(), threads)
+    entries = _grow(problem, True, range(2, m), left(PREFIX_SHARE), threads, {})
+    rests = _grow(problem, False, range(1, m), left(), threads, entries)
     best = _chain(problem, entries, rests) if entries else None
     return SplitBound(best, entries, rests, None if best else "no time to try a split", time.monotonic() - began)
