@@ -146,8 +146,9 @@ def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
     return best, sorted(refused, key=lambda r: r.makespan)
 
 
-def explain_gap(schedule: Schedule, status: str, lower_bound: float) -> str:
-    """Whether the distance to the analytic bound is the bound's (schedule proven optimal) or still open."""
+def explain_gap(schedule: Schedule, status: str, lower_bound: float, problem_path: str | None = None) -> str:
+    """Whether the distance to the analytic bound is the bound's (schedule proven optimal) or still open;
+    an open gap on a capped problem the split bound applies to names its command (``problem_path``)."""
     analytic = makespan_lower_bound(schedule.problem).value
     span = schedule.makespan
     if span <= analytic * (1 + _TOL) + _TOL:
@@ -157,8 +158,16 @@ def explain_gap(schedule: Schedule, status: str, lower_bound: float) -> str:
         return (f"the bound's: CP-SAT proved {span:g} optimal; the analytic bound ({analytic:g}) is "
                 f"{share:.1%} below it")
     open_share = (span - lower_bound) / span if span > 0 else 0.0
-    return (f"open: {open_share:.1%} between the makespan and the best proven bound ({lower_bound:g}); "
+    text = (f"open: {open_share:.1%} between the makespan and the best proven bound ({lower_bound:g}); "
             "more --time-limit may close it from either side")
+    problem = schedule.problem
+    if problem_path is not None and any(cap is not None for cap in problem.capacity):
+        from ppsolve.solvers.split_bound import why_not  # CP-SAT's module: only where a gap is open
+
+        if why_not(problem) is None:
+            text += (f"; a higher bound may come from smaller problems proven by CP-SAT: "
+                     f"ppsolve bound {shlex.quote(problem_path)} --split 300")
+    return text
 
 
 def explain_offload(schedule: Schedule) -> str:
@@ -227,5 +236,5 @@ def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: floa
     best, refused = compare_published(problem)
     unbounded, cap, by, command = least_cap(schedule, problem_path)
     return Advice(makespan=schedule.makespan, best=best, refused=tuple(refused),
-                  gap=explain_gap(schedule, status, lower_bound), offload=explain_offload(schedule),
+                  gap=explain_gap(schedule, status, lower_bound, problem_path), offload=explain_offload(schedule),
                   unbounded_makespan=unbounded, least_cap=cap, least_cap_by=by, least_cap_command=command)

@@ -35,6 +35,20 @@ def test_offload_reason_and_gap():
     assert advise("p.json", no_block, "feasible", 0).offload == "not possible: the problem has no offload block"
 
 
+def test_an_open_gap_on_a_capped_problem_names_the_split_bound():
+    capped = make_problem(devices=2, microbatches=4, memory_capacity=2)
+    schedule = run_method("1f1b", capped)
+    gap = advise("my p.json", schedule, "feasible", 0).gap
+    assert gap.startswith("open:") and gap.endswith("ppsolve bound 'my p.json' --split 300")
+    # not where it does not apply: offload (no relaxation), no cap (nothing for it to find), a closed gap
+    offload = make_problem(devices=2, microbatches=4, memory_capacity=2,
+                           offload={"bandwidth": {"d2h": 1, "h2d": 1}})
+    assert "--split" not in advise("p.json", run_method("1f1b", offload), "feasible", 0).gap
+    free = run_method("1f1b", make_problem(devices=2, microbatches=4))
+    assert "--split" not in advise("p.json", free, "feasible", 0).gap
+    assert "--split" not in advise("p.json", schedule, "optimal", schedule.makespan).gap
+
+
 def test_least_cap_is_exact_when_it_meets_the_least_capacity():
     # One microbatch: every schedule holds one activation per stage at most, so the cap is 1 and that is the least.
     problem = make_problem(microbatches=1, memory_capacity=5)
