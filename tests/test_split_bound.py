@@ -91,7 +91,11 @@ def test_bound_command_prints_the_split(tmp_path, capsys):
     assert out.startswith("makespan >= 464.6  (split into smaller problems, proven by CP-SAT)")
     assert "464.6 = A(3) + OPT(6) = 103.2 + 361.4 (A(n): the least start of the last F(0) with n microbatches" in out
     assert main(["bound", str(path), "--split", "90", "--threads", "1", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    # each smaller problem is reported on stderr as it is done, so a long --split is not silent
+    assert "  split: A(2) = 7  (" in err and "  split: OPT(6) = 361.4  (" in err
+    assert data["split"]["interrupted"] is False
     assert data["makespan_lower_bound"] == pytest.approx(464.6) and data["binding"] == "split"
     assert data["split"]["chain"] == {"heads": [3], "entries": [pytest.approx(103.2)], "rest_microbatches": 6,
                                       "rest": pytest.approx(361.4), "proven": True}
@@ -115,3 +119,21 @@ def test_the_smaller_sizes_cuts_keep_the_optimum():
     # by the first F(0) (7) at least
     inflated = {**rests, 7: (472.4, True)}
     assert _least(problem, 8, False, 60, 1, entries, inflated)[0] >= 472.4 + 7 - 1e-9
+
+
+def test_ctrl_c_keeps_the_sizes_done_before_it():
+    """Ctrl-C between two sizes (here raised by the report of A(4), as a user's would arrive) ends the
+    search with the chain of what was done, said as interrupted."""
+    problem = problem_from_dict(LINEAR_4X8)
+    done = []
+
+    def report(name, size, bound, proven):
+        done.append((name, size))
+        if (name, size) == ("A", 4):
+            raise KeyboardInterrupt
+
+    split = split_bound(problem, 90, threads=1, report=report)
+    assert split.interrupted and done == [("A", 2), ("A", 3), ("A", 4)]
+    assert set(split.entries) == {2, 3, 4} and split.rests == {}
+    assert split.best is not None and split.best.value >= makespan_lower_bound(problem).value
+    assert split.best.value <= 472.4  # the optimum: still a bound

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 
 from ppsolve.bounds import capacity_shortfalls, makespan_lower_bound, min_capacity
 from ppsolve.errors import InputError
@@ -31,6 +33,7 @@ def _split_json(split) -> dict | None:
         return [{"microbatches": n, "bound": value, "proven": proven} for n, (value, proven) in found.items()]
 
     return {"value": best.value if best else None, "reason": split.reason, "seconds": split.seconds,
+            "interrupted": split.interrupted,
             "chain": None if best is None else {"heads": list(best.heads), "entries": list(best.entries),
                                                 "rest_microbatches": best.rest_size, "rest": best.rest,
                                                 "proven": best.proven},
@@ -41,9 +44,18 @@ def _split_line(split) -> str:
     if split.best is None:
         return f"  split into smaller problems: not tried ({split.reason})"
     b = split.best
-    return (f"  split into smaller problems (CP-SAT, {split.seconds:.0f} s): {b.value:g} = {b.describe()} "
+    stop = ", interrupted: the sizes done before Ctrl-C" if split.interrupted else ""
+    return (f"  split into smaller problems (CP-SAT, {split.seconds:.0f} s{stop}): {b.value:g} = {b.describe()} "
             f"(A(n): the least start of the last F(0) with n microbatches; OPT(k): the least makespan with k"
             f"{'' if b.proven else '; some sides are proven bounds, not optima'})")
+
+
+def _progress(began: float):
+    """A line on stderr per smaller problem done, so a long --split is not silent."""
+    def report(name: str, size: int, bound: float, proven: bool) -> None:
+        print(f"  split: {name}({size}) {'=' if proven else '>='} {bound:g}  "
+              f"({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.split is not None:
         from ppsolve.solvers.split_bound import split_bound  # CP-SAT: imported only when asked for
 
-        split = split_bound(problem, args.split, args.threads)
+        split = split_bound(problem, args.split, args.threads, report=_progress(time.monotonic()))
     raised = split is not None and split.best is not None and split.best.value > bound.value * (1 + 1e-9)
     value = split.best.value if raised else bound.value
     no_off = min_capacity(problem, offload=False)

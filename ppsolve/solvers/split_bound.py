@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from itertools import groupby
+from typing import Callable
 
 from ortools.sat.python import cp_model
 
@@ -38,10 +39,14 @@ from ppsolve.problem import Problem
 from ppsolve.solvers.cpsat import constraints
 from ppsolve.solvers.cpsat.backend import add_cuts, add_order_constraints
 from ppsolve.solvers.cpsat.variables import build_variables
+from ppsolve.solvers.api import search_in_thread
 from ppsolve.solvers.scaling import build_scaling
 
 UNPROVEN_STOP = 2  # stop growing a side's size after this many sizes not proven in time
 PREFIX_SHARE = 0.5  # of the time, at most, for the first round (the prefixes' A)
+
+Report = Callable[[str, int, float, bool], None]
+"""Told of each size as it is done: ("A" or "OPT", the size, its bound, whether it is the optimum)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class SplitBound:
     rests: dict[int, tuple[float, bool]] = field(default_factory=dict)  # k: (bound on OPT(k), proven) from CP-SAT
     reason: str | None = None
     seconds: float = 0.0
+    interrupted: bool = False  # Ctrl-C ended it: the sizes done before it
 
 
 def why_not(problem: Problem) -> str | None:
@@ -111,9 +117,13 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = threads or 0
-    code = solver.solve(model)  # never infeasible: the cap fits the whole problem (why_not), so fewer too
-    # the proven bound holds whether or not a solution was found in time
-    bound = max(cut, solver.best_objective_bound) if code != cp_model.MODEL_INVALID else cut
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C reaches Python (search_in_thread), which stops it
+    code, interrupted, _ = search_in_thread(lambda: solver.solve(model), solver.stop_search)
+    if interrupted:
+        raise KeyboardInterrupt  # split_bound keeps the sizes done before it
+    # never infeasible: the cap fits the whole problem (why_not), so fewer too; the proven bound holds
+    # whether or not a solution was found in time
+    bound = max(cut, solver.best_objective_bound) if code not in (None, cp_model.MODEL_INVALID) else cut
     return bound / scaling.time_scale, code == cp_model.OPTIMAL
 
 
@@ -132,18 +142,20 @@ def _known_cuts(v, entries: dict[int, tuple[float, bool]], rests: dict[int, tupl
 
 
 def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None,
-          entries: dict[int, tuple[float, bool]]) -> dict[int, tuple[float, bool]]:
-    """A(n) (``entry``) or OPT(n) for the growing ``sizes``, each with half the time ``left()``, until
-    ``UNPROVEN_STOP`` of them are not proven in time or no time is left; each with the bounds on
-    A (``entries``, those of the first round, or the ones this round finds) and OPT found before it."""
-    found: dict[int, tuple[float, bool]] = {}
+          found: dict[int, tuple[float, bool]], entries: dict[int, tuple[float, bool]],
+          report: Report | None) -> None:
+    """A(n) (``entry``) or OPT(n) into ``found`` for the growing ``sizes``, each with half the time
+    ``left()``, until ``UNPROVEN_STOP`` of them are not proven in time or no time is left; each with
+    the bounds on A (``entries``, those of the first round, or the ones this round finds) and OPT
+    found before it."""
     unproven = 0
     for n in sizes:
         if left() <= 0 or unproven >= UNPROVEN_STOP:
             break
         found[n] = _least(problem, n, entry, left() / 2, threads, found if entry else entries, found)
         unproven += not found[n][1]
-    return found
+        if report is not None:
+            report("A" if entry else "OPT", n, *found[n])
 
 
 def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
@@ -171,11 +183,13 @@ def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
     return best.get(m)
 
 
-def split_bound(problem: Problem, seconds: float, threads: int | None = None) -> SplitBound:
+def split_bound(problem: Problem, seconds: float, threads: int | None = None,
+                report: Report | None = None) -> SplitBound:
     """The best split within ``seconds``, in two rounds: first, for at most ``PREFIX_SHARE`` of the
     time, A(n) for n = 2, 3, ...; then OPT(k) for k = 1, 2, ... with the time left; each size with
     half the round's time left, a round ending after ``UNPROVEN_STOP`` sizes not proven in time.
-    The best chain of them (``_chain``) is the bound."""
+    The best chain of them (``_chain``) is the bound; ``report`` hears of each size when it is done.
+    Ctrl-C ends it with the chain of the sizes done (``interrupted``)."""
     began = time.monotonic()
     reason = why_not(problem)
     if reason is not None:
@@ -185,7 +199,14 @@ def split_bound(problem: Problem, seconds: float, threads: int | None = None) ->
     def left(share: float = 1.0):
         return lambda: share * seconds - (time.monotonic() - began)
 
-    entries = _grow(problem, True, range(2, m), left(PREFIX_SHARE), threads, {})
-    rests = _grow(problem, False, range(1, m), left(), threads, entries)
+    entries: dict[int, tuple[float, bool]] = {}
+    rests: dict[int, tuple[float, bool]] = {}
+    interrupted = False
+    try:
+        _grow(problem, True, range(2, m), left(PREFIX_SHARE), threads, entries, entries, report)
+        _grow(problem, False, range(1, m), left(), threads, rests, entries, report)
+    except KeyboardInterrupt:  # Ctrl-C: the chain of the sizes done so far
+        interrupted = True
     best = _chain(problem, entries, rests) if entries else None
-    return SplitBound(best, entries, rests, None if best else "no time to try a split", time.monotonic() - began)
+    reason = None if best else "interrupted before a split was tried" if interrupted else "no time to try a split"
+    return SplitBound(best, entries, rests, reason, time.monotonic() - began, interrupted)
