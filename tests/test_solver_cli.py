@@ -95,3 +95,44 @@ def test_no_solution_in_time_exit_4(tmp_path, capsys):
     assert code == 4
     assert "no schedule found within the time limit" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_warm_start_from_a_schedule_file_goes_on_from_it(tmp_path, capsys):
+    problem = _write(tmp_path, devices=3, microbatches=6)
+    serial = tmp_path / "gpipe.json"  # a slow valid start: every W waits for the last F
+    assert main(["baseline", str(problem), "-m", "gpipe", "-o", str(serial)]) == 0
+    given = load_schedule(serial)
+    out = tmp_path / "s.json"
+    capsys.readouterr()
+    assert main(["solve", str(problem), "-o", str(out), "--time-limit", "10", "--warm-start", str(serial),
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"warm start {given.method.name}: makespan {given.makespan:g}" in captured.err
+    solved = load_schedule(out)
+    assert check(solved).ok and solved.makespan < given.makespan
+    assert solved.method.extra["warm_start"] == given.method.name
+    assert json.loads(captured.out)["makespan"] == solved.makespan
+
+
+def test_warm_start_file_for_another_problem_or_breaking_the_cap_is_refused(tmp_path, capsys):
+    loose = _write(tmp_path, devices=3, microbatches=6)
+    wide = tmp_path / "wide.json"
+    assert main(["baseline", str(loose), "-m", "gpipe", "-o", str(wide)]) == 0  # holds 6 activations
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(problem_dict(devices=3, microbatches=6, time_forward=2)))
+    capped = tmp_path / "capped.json"
+    capped.write_text(json.dumps(problem_dict(devices=3, microbatches=6, memory_capacity=2)))
+    out = tmp_path / "s.json"
+    capsys.readouterr()
+    for problem, expected in ((other, "for another problem: forward[0] is 1.0 in it, 2.0 in the problem"),
+                              (capped, "breaks a rule on this problem")):
+        code = main(["solve", str(problem), "-o", str(out), "--warm-start", str(wide), "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert "error: warm-start: " in err and expected in err, err
+        assert not out.exists()
+    # the same file is a fine start where the cap is wide enough
+    assert main(["solve", str(loose), "-o", str(out), "--warm-start", str(wide), "--quiet", "--time-limit", "5"]) == 0
+    assert main(["solve", str(capped), "-o", str(out), "--warm-start", str(tmp_path / "missing.json"),
+                 "--quiet"]) == 2
+    assert "warm-start: file not found" in capsys.readouterr().err

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from ppsolve.errors import InputError
-from ppsolve.jsonio import require_directory
+from ppsolve.jsonio import read_json, require_directory
 from ppsolve.problem import load_problem
+from ppsolve.schedule import schedule_from_dict
 from ppsolve.solvers.phases import BACKENDS
 
 # Of --time-limit, the share (at most AFTER_MAX seconds) kept after the solve for writing the file and
@@ -39,8 +40,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="makespan (default; then the least offload) or memory (least peak under a makespan limit)")
     parser.add_argument("--makespan-limit", default=None, metavar="T",
                         help="with --objective memory: an absolute makespan, or e.g. 1.02x of the best known one")
-    parser.add_argument("--warm-start", default="auto", metavar="METHOD|auto|none",
-                        help="hint the search with this baseline, the best applicable one (auto), or nothing")
+    parser.add_argument("--warm-start", default="auto", metavar="METHOD|auto|none|FILE",
+                        help="hint the search with this baseline, the best applicable one (auto), nothing, "
+                             "or a schedule file for the same pipeline (e.g. an earlier solve's, to go on from it)")
     parser.add_argument("--ignore-capacity", action="store_true", help="solve as if memory were unbounded")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -54,6 +56,14 @@ def _limit(text: str | None):
         return float(text)
     except ValueError:
         return text  # validated by the solver ('1.02x')
+
+
+def _warm_schedule(choice: str):
+    """The schedule file ``--warm-start`` names (a path ending in .json, or an existing file), else None
+    (a method name, ``auto`` or ``none``)."""
+    if not (choice.lower().endswith(".json") or Path(choice).is_file()):
+        return None
+    return schedule_from_dict(read_json(choice, "warm-start"), "warm-start")
 
 
 def _process_start() -> float | None:
@@ -78,12 +88,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--makespan-limit", "applies only with --objective memory")
     require_directory(args.output)
     problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
+    warm_schedule = _warm_schedule(args.warm_start)
     from ppsolve.solvers import SolveOptions, solve
     started = _process_start()
     deadline = (started if started is not None else time.monotonic()) + args.time_limit
     result = solve(problem, SolveOptions(
         solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
-        makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start, quiet=args.quiet,
+        makespan_limit=_limit(args.makespan_limit), warm_start="auto" if warm_schedule else args.warm_start,
+        warm_schedule=warm_schedule, quiet=args.quiet,
         ignore_capacity=args.ignore_capacity, stream=sys.stderr, started=started,
         keep_after=min(AFTER_SHARE * args.time_limit, AFTER_MAX)))
     schedule = result.schedule  # solve() returns only schedules that passed the checker

@@ -33,7 +33,7 @@ from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, shortest
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 
 # The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
 BACKENDS = {
@@ -202,14 +202,18 @@ def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | No
 def _warm_start(run: _Run) -> Schedule | None:
     options, budget, problem = run.options, run.budget, run.problem
     found: list[Schedule] = []
-    deadline = budget.warm_start_deadline()
-    # deterministic mode: a number of candidates fixed by the problem's size, the clock only as the guard
-    tries = budget.warm_start_candidates(problem.num_stages * problem.microbatches * len(problem.kinds))
-    _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
-                                              None if budget.deterministic else deadline, sink=found,
-                                              max_tries=tries),
-                      lambda: time.monotonic() > budget.deadline - budget.reserve
-                      or (time.monotonic() > deadline and bool(found)))
+    if options.warm_schedule is not None:  # the user's schedule, checked; nothing else is tried
+        found.append(given_warm_start(problem, options.warm_schedule))
+        cut = False
+    else:
+        deadline = budget.warm_start_deadline()
+        # deterministic mode: a number of candidates fixed by the problem's size, the clock only as the guard
+        tries = budget.warm_start_candidates(problem.num_stages * problem.microbatches * len(problem.kinds))
+        _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
+                                                  None if budget.deterministic else deadline, sink=found,
+                                                  max_tries=tries),
+                          lambda: time.monotonic() > budget.deadline - budget.reserve
+                          or (time.monotonic() > deadline and bool(found)))
     warm = shortest(list(found))
     run.abandoned = run.abandoned or cut
     if cut and budget.deterministic:

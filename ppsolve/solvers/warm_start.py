@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import fields
 from typing import Callable, Iterator
 
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
-from ppsolve.errors import PpsolveError
+from ppsolve.errors import InputError, PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -275,6 +276,34 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
         own_warm_starts(problem, until, at_least_one=not candidates,
                         beat=min((c.makespan for c in candidates), default=math.inf), out=candidates)
     return shortest(candidates)
+
+
+def given_warm_start(problem: Problem, schedule: Schedule) -> Schedule:
+    """``schedule`` (a file the user gave) as the warm start of ``problem``: the same pipeline (any
+    name and memory cap) and, with the problem's cap, every rule kept; else InputError naming the
+    first difference or broken rule (field ``warm-start``)."""
+    theirs = schedule.problem
+    for f in fields(Problem):
+        if not f.compare or f.name in ("name", "capacity"):
+            continue
+        ours, other = getattr(problem, f.name), getattr(theirs, f.name)
+        if ours != other:
+            raise InputError("warm-start", "the schedule is for another problem: " + _difference(f.name, other, ours))
+    rebound = Schedule(problem, schedule.method, schedule.ops)
+    report = check(rebound)
+    if not report.ok:
+        first = report.violations[0]
+        more = f" (and {len(report.violations) - 1} more)" if len(report.violations) > 1 else ""
+        raise InputError("warm-start", f"the schedule breaks a rule on this problem: [{first.rule}] {first.message}{more}")
+    return rebound
+
+
+def _difference(name: str, theirs, ours) -> str:
+    """"forward[3] is 2 in it, 3 in the problem" (the first entry that differs, for per-stage tuples)."""
+    if isinstance(theirs, tuple) and isinstance(ours, tuple) and len(theirs) == len(ours):
+        i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+        name, theirs, ours = f"{name}[{i}]", theirs[i], ours[i]
+    return f"{name} is {theirs} in it, {ours} in the problem"
 
 
 def shortest(candidates: list[Schedule]) -> Schedule | None:
