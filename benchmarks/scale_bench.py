@@ -1,6 +1,6 @@
 """The solver against every applicable published schedule at the sizes users run (instances/scale/).
 
-    PYTHONPATH=. python benchmarks/scale_bench.py [--all] [--time-limit 60] [--threads 1]
+    PYTHONPATH=. python benchmarks/scale_bench.py [--all] [--time-limit 60] [--threads 1] [--jobs 2]
         [--section docs/bench/sections/40-scale.md] [--json out.json] [problem.json ...]
     PYTHONPATH=. python benchmarks/scale_bench.py --render out.json --time-limit 60 --threads 1 --section ...
 
@@ -15,6 +15,8 @@ Figures: the solver's makespan over the best published schedule's and over the b
 over the better of po-h and po-f where one of them fits, wall seconds and peak RSS of the solve.
 The summary gives the geometric mean of makespan / best published over the problems where one
 fits (every problem of the suite has a cap), and each target of issue 12 as reached or not.
+``--jobs N`` runs N problems at a time (each its baselines and its solve; with ``--threads 1`` on N
+cores the solves do not share a core).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +116,15 @@ def solve_process(path: Path, limit: float, threads: int | None, row: Row) -> No
     row.lower_bound = data["method"].get("lower_bound")
 
 
+def run_one(path: Path, limit: float, threads: int | None) -> Row:
+    """One problem: every applicable baseline, then the solve as its own process."""
+    problem = load_problem(path)
+    row = Row(path.stem, problem.devices, problem.microbatches, problem.chunks, problem.can_offload)
+    row.baselines = baselines(problem)
+    solve_process(path, limit, threads, row)
+    return row
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.3f}"
 
@@ -180,6 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--all", action="store_true", help="every problem of instances/scale, not the core ones")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=1, help="problems at a time")
     parser.add_argument("--section", help="write the BENCHMARKS.md section here")
     parser.add_argument("--json", help="write the raw figures here")
     parser.add_argument("--render", help="write the section from the raw figures of an earlier run (no run)")
@@ -187,25 +200,24 @@ def main(argv=None) -> int:
     paths = [Path(p) for p in args.problems] or sorted((ROOT / "instances" / "scale").glob("*.json"))
     rows = [Row(**row) for row in read_json(args.render, "figures")] if args.render else []
     print("\n".join(table(rows)), flush=True)
-    for path in [] if args.render else paths:
-        problem = load_problem(path)
-        tags = problem.annotations.get("x-suite", {}).get("tags", [])
-        if not args.problems and not args.all and "core" not in tags:
-            continue
-        row = Row(path.stem, problem.devices, problem.microbatches, problem.chunks, problem.can_offload)
-        row.baselines = baselines(problem)
-        solve_process(path, args.time_limit, args.threads, row)
-        rows.append(row)
-        print(table([row])[-1], flush=True)
+    chosen = [] if args.render else [path for path in paths if args.problems or args.all
+                                     or "core" in load_problem(path).annotations.get("x-suite", {}).get("tags", [])]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(run_one, chosen, [args.time_limit] * len(chosen), [args.threads] * len(chosen)):
+            rows.append(row)
+            print(table([row])[-1], flush=True)
     lines = summary(rows)
     print("\n".join(lines))
     threads = "" if args.threads is None else f" --threads {args.threads}"
-    which = " --all" if args.all else ""
+    which = (" --all" if args.all else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+    sizes = ("every problem (d = 8, 16, 32; m = 2d, 4d, 8d; caps at 1/2, 3/4 and 1 of 1F1B's peak; without "
+             "offload, and with it at k = 0.5 and 1.5 on private links and links shared by two devices)"
+             if args.all else "(d = 8, 16, 32; m = 4d; caps at half of 1F1B's peak; offload at k = 1.5 on links "
+             "shared by two devices)")
     if args.section:
         text = ["## At the sizes users run (instances/scale)", "",
                 f"`PYTHONPATH=. python benchmarks/scale_bench.py{which} --time-limit {args.time_limit:g}{threads}`: "
-                f"{len(rows)} problems of instances/scale/ (d = 8, 16, 32; m = 4d; caps at half of 1F1B's peak; "
-                "offload at k = 1.5 on links shared by two devices), the solver at "
+                f"{len(rows)} problems of instances/scale/ {sizes}, the solver at "
                 f"{args.time_limit:g} s per problem against every applicable published schedule. The solver "
                 "improves the best baseline by large-neighbourhood search where the whole model is too large "
                 "(docs/solver.md). \"gap to bound\" is against the lower bound the solve reports; \"solve s\" "
