@@ -1,7 +1,7 @@
 """How far below the optimum is the lower bound? Small analogues of instances/scale, proven.
 
     PYTHONPATH=. python benchmarks/bound_tightness.py [--time-limit 150] [--threads 0]
-        [--sizes 4x8,4x16] [--match REGEX] [--without-tail-cuts]
+        [--sizes 4x8,4x16] [--match REGEX] [--without-tail-cuts] [--without-next-release]
 
 The gaps of the scale benchmark (a makespan found against the foundation's lower bound) mix two
 things: how far the search is from the optimum, and how far the bound is below it. On problems
@@ -12,7 +12,8 @@ offload at k = 1.5 on links shared by two devices) at small sizes, solves each w
 model only (no neighbourhood search), and prints a Markdown table: the foundation's bound, the
 solve's makespan and proven bound, the bound's distance below the optimum (when proven), and the
 seconds to the answer. ``--without-tail-cuts`` leaves the redundant tail cuts
-(``constraints.tail_cuts``) out of the model, to compare proof times in one run.
+(``constraints.tail_cuts``) out of the model, ``--without-next-release`` the disjunctive memory
+precedences (``constraints.NEXT_RELEASE``), to compare proof times in one run.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="4x8,4x16", help="d x m pairs")
     parser.add_argument("--match", default="", help="only the problems whose name this regex finds")
     parser.add_argument("--without-tail-cuts", action="store_true")
+    parser.add_argument("--without-next-release", action="store_true")
     args = parser.parse_args(argv)
     sizes = [tuple(int(x) for x in pair.split("x")) for pair in args.sizes.split(",")]
     print("| problem | foundation's bound | makespan | status | proven bound | bound below optimum | seconds |")
@@ -61,6 +63,8 @@ def main(argv=None) -> int:
     patches = [mock.patch.object(phases, "LNS_AFTER_OPS", 10**12), mock.patch.object(phases, "WHOLE_MODEL_OPS", 10**12)]
     if args.without_tail_cuts:
         patches.append(mock.patch.object(constraints, "tail_cuts", lambda *a, **k: None))
+    if args.without_next_release:
+        patches.append(mock.patch.object(constraints, "NEXT_RELEASE", False))
     for patch in patches:
         patch.start()
     try:

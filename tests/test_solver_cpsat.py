@@ -152,3 +152,40 @@ def test_tail_cuts_lose_nothing_with_offload(case, monkeypatch):
     without = solved(problem, warm_start="none", time_limit=20)
     assert with_cuts.status == without.status == "optimal"
     assert with_cuts.schedule.makespan == pytest.approx(without.schedule.makespan)
+
+
+# q * a + hold > cap: B(s, j - q) ending is not enough for F(s, j); W(s, j - q) or B(s, j - q + 1) must end too
+NEXT_RELEASE_CASES = [
+    dict(devices=3, microbatches=5, memory_weight_hold=0.5, memory_capacity=2, time_backward_weight=2),
+    dict(devices=2, microbatches=6, time_p2p=1, memory_activation=[2, 1], memory_weight_hold=[1, 0.5],
+         memory_capacity=[5, 3], time_forward=[1, 2], time_backward_weight=[3, 1]),
+    dict(devices=3, microbatches=5, memory_weight_hold=0.25, memory_capacity=[3, 2, 1], time_forward=[1, 1, 2],
+         time_backward_input=[1, 1, 2], time_backward_weight=[1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize("case", NEXT_RELEASE_CASES)
+def test_the_next_release_precedence_loses_nothing(case, monkeypatch):
+    from ppsolve.solvers.cpsat import constraints
+
+    problem = make_problem(**case)
+    with_cut = solved(problem, warm_start="none")
+    monkeypatch.setattr(constraints, "NEXT_RELEASE", False)
+    without = solved(problem, warm_start="none", symmetry=False, time_limit=20)
+    assert with_cut.status == without.status == "optimal"
+    assert with_cut.schedule.makespan == pytest.approx(without.schedule.makespan)
+
+
+def test_the_next_release_precedence_is_one_choice_per_forward_that_needs_it():
+    from ortools.sat.python import cp_model
+
+    from ppsolve.solvers.cpsat import constraints
+    from ppsolve.solvers.cpsat.variables import build_variables
+
+    problem = make_problem(**NEXT_RELEASE_CASES[2])  # q = 3, 2, 1 on the three devices
+    sc = build_scaling(problem)
+    model = cp_model.CpModel()
+    v = build_variables(model, problem, sc, offload=False)
+    before = len(model.proto.variables)
+    constraints.memory_precedences(v, sc.capacity)
+    assert len(model.proto.variables) - before == (5 - 3) + (5 - 2) + (5 - 1)

@@ -17,6 +17,8 @@ from ppsolve.solvers.cpsat.variables import Variables
 
 _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
 
+NEXT_RELEASE = True  # the disjunctive memory precedence (``memory_precedences``)
+
 
 def precedences(v: Variables) -> None:
     """SPEC rules 1-5, read from the one dependency table (``ppsolve.dependencies``).
@@ -181,6 +183,8 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
     h to E(W(s,j)). In index order, if B(s,j-q) has not ended when F(s,j) starts, neither have
     B(s,j-q+1..j-1): q + 1 activations of one stage alone. So with q = floor(cap / a):
     S(F(s,j)) >= E(B(s,j-q)); likewise with q = floor((cap - a) / h) + 1: S(F(s,j)) >= E(W(s,j-q)).
+    And when q * a + h > cap (``NEXT_RELEASE``), B(s,j-q)'s end is not enough: W(s,j-q) or B(s,j-q+1)
+    must have ended too (else its hold and q activations sit beside the new one), a disjunction.
     """
     p, sc, m = v.problem, v.scaling, v.model
     for s in range(p.num_stages):
@@ -195,6 +199,14 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
         for kind, q in lags:
             for j in range(q, p.microbatches) if q >= 1 else ():
                 m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - q)])
+        q = cap // a
+        if NEXT_RELEASE and hold > 0 and q >= 1 and q * a + hold > cap:
+            # B(s,j-q) has ended; if neither W(s,j-q) nor B(s,j-q+1) had, the weight hold and q
+            # activations would be held beside the new one: q * a + hold > cap
+            for j in range(q, p.microbatches):
+                first = m.new_bool_var(f"release_{s}_{j}")
+                m.add(v.start[Op(_F, s, j)] >= v.end[Op(_W, s, j - q)]).only_enforce_if(first)
+                m.add(v.start[Op(_F, s, j)] >= v.end[Op(_B, s, j - q + 1)]).only_enforce_if(~first)
 
 
 def tail_cuts(v: Variables, fifo: bool = True) -> None:
