@@ -21,6 +21,7 @@ $PY benchmarks/solver_compare.py --time-limit 20 --out docs/bench/solver_compare
 $PY benchmarks/time_limit.py --time-limit 10 --threads all --threads 1 --large --section docs/bench/sections/25-time-limit.md instances
 $PY benchmarks/time_limit.py --time-limit 5 --threads all --section docs/bench/sections/26-time-limit-suite.md --heading "The time limit on instances/suite" instances/suite
 $PY benchmarks/scale_bench.py --time-limit 300 --section docs/bench/sections/40-scale.md --json docs/bench/scale.json
+$PY benchmarks/warm_start_coverage.py --time-limit 300 --section docs/bench/sections/40a-warm-start-coverage.md > docs/bench/warm_start_coverage.txt
 # its table goes into docs/bench/sections/42-bound-tightness.md, with that section's prose
 $PY benchmarks/bound_tightness.py --time-limit 150
 $PY benchmarks/block_bench.py --seconds 30 --section docs/bench/sections/43-building-block.md
