@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     deadline = (started if started is not None else time.monotonic()) + args.time_limit
     result = solve(problem, SolveOptions(
         solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
-        makespan_limit=_limit(args.makespan_limit), warm_start="auto" if warm_schedule else args.warm_start,
+        makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start,
         warm_schedule=warm_schedule, quiet=args.quiet,
         ignore_capacity=args.ignore_capacity, stream=sys.stderr, started=started,
         keep_after=min(AFTER_SHARE * args.time_limit, AFTER_MAX)))

@@ -82,7 +82,7 @@ class SolveOptions:
     objective: str = "makespan"
     makespan_limit: float | str | None = None
     warm_start: str = "auto"
-    warm_schedule: Schedule | None = None  # a schedule to start from instead (``--warm-start FILE``)
+    warm_schedule: Schedule | None = None  # a schedule to start from instead (``--warm-start FILE``, kept in warm_start)
     quiet: bool = True
     ignore_capacity: bool = False
     symmetry: bool = True

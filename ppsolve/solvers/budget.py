@@ -103,6 +103,10 @@ class Budget:
         share, now = WARM_START_SHARE * self.time_limit, time.monotonic()
         return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
 
+    def baseline_seconds(self) -> float:
+        """The time limit each baseline of the warm start is given (its share of the run, at least 1 s)."""
+        return max(1.0, WARM_START_SHARE * self.time_limit)
+
     def warm_start_candidates(self, ops: int) -> int | None:
         """Deterministic mode: how many acceptable warm-start candidates to collect for a problem of
         ``ops`` ops (at least one); None otherwise (the clock decides)."""

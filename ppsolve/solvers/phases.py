@@ -209,7 +209,7 @@ def _warm_start(run: _Run) -> Schedule | None:
         deadline = budget.warm_start_deadline()
         # deterministic mode: a number of candidates fixed by the problem's size, the clock only as the guard
         tries = budget.warm_start_candidates(problem.num_stages * problem.microbatches * len(problem.kinds))
-        _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, max(1.0, 0.2 * options.time_limit),
+        _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, budget.baseline_seconds(),
                                                   None if budget.deterministic else deadline, sink=found,
                                                   max_tries=tries),
                           lambda: time.monotonic() > budget.deadline - budget.reserve

@@ -294,7 +294,8 @@ def given_warm_start(problem: Problem, schedule: Schedule) -> Schedule:
     if not report.ok:
         first = report.violations[0]
         more = f" (and {len(report.violations) - 1} more)" if len(report.violations) > 1 else ""
-        raise InputError("warm-start", f"the schedule breaks a rule on this problem: [{first.rule}] {first.message}{more}")
+        raise InputError("warm-start",
+                         f"the schedule breaks a rule on this problem: [{first.rule}] {first.message}{more}")
     return rebound
 
 

@@ -193,13 +193,13 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
         if cap is None or a <= 0:
             continue
         hold = sc.weight_hold[s] if p.split_backward else 0
-        lags = [(_B, cap // a)]
+        q = cap // a
+        lags = [(_B, q)]
         if hold > 0:
             lags.append((_W, (cap - a) // hold + 1))
-        for kind, q in lags:
-            for j in range(q, p.microbatches) if q >= 1 else ():
-                m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - q)])
-        q = cap // a
+        for kind, lag in lags:
+            for j in range(lag, p.microbatches) if lag >= 1 else ():
+                m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - lag)])
         if NEXT_RELEASE and hold > 0 and q >= 1 and q * a + hold > cap:
             # B(s,j-q) has ended; if neither W(s,j-q) nor B(s,j-q+1) had, the weight hold and q
             # activations would be held beside the new one: q * a + hold > cap
