@@ -18,10 +18,10 @@ from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
 RULES = {
-    "complete": "every F, B (and W when split) once; OFFLOAD and RELOAD in pairs",
+    "complete": "every F, B (and W when split) once; OFFLOAD and RELOAD in pairs; at most one R per (s,j)",
     "device": "an op runs on the device that holds its stage; a transfer uses that device's link",
     "duration": "rule 8: every op lasts exactly its duration",
     "start": "rule 8: nothing starts before time 0",
@@ -29,6 +29,7 @@ RULES = {
     **DEPENDENCY_RULES,
     "R6": "rule 6: compute ops of one device never overlap",
     "R7": "rule 7: transfers of one link lane never overlap",
+    "R10": "rule 10: a recomputed activation is not also offloaded",
     "memory": "peak memory of a device within its capacity (releases before allocations)",
     "retime": "the runtime re-timing is no later and no higher than planned (otherwise a bug in ppsolve)",
 }
@@ -36,7 +37,8 @@ RULES = {
 # How a violated dependency is described, by rule and the kind of the op that waits.
 _WHAT = {("R1", _F): "its input", ("R2", _B): "the loss turns around", ("R3", _B): "its output gradient",
          ("R4", _W): "its input gradient", ("R5", _OFF): "the activation it moves",
-         ("R5", _REL): "its offload", ("R5", _B): "its reloaded activation"}
+         ("R5", _REL): "its offload", ("R5", _B): "its reloaded activation",
+         ("R9", _R): "the forward it recomputes", ("R9", _B): "its recomputed activation"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class CheckReport:
     peak_memory: list[float]
     bubble_ratio: float
     offloaded: float
+    recomputed: int = 0
     retimed_makespan: float | None = None
     retimed_peak_memory: list[float] | None = None
     warnings: list[str] = field(default_factory=list)
@@ -91,7 +94,7 @@ class CheckReport:
         return {"valid": self.valid, "executable": self.executable,
                 "violations": [v.to_dict() for v in self.violations],
                 "makespan": self.makespan, "peak_memory": self.peak_memory,
-                "bubble_ratio": self.bubble_ratio, "offloaded": self.offloaded,
+                "bubble_ratio": self.bubble_ratio, "offloaded": self.offloaded, "recomputed": self.recomputed,
                 "retimed": {"makespan": self.retimed_makespan, "peak_memory": self.retimed_peak_memory},
                 "warnings": self.warnings}
 
@@ -129,6 +132,13 @@ class _Checker:
         if len(missing) > 10:
             self.add("complete", f"... and {len(missing) - 10} more compute ops are missing")
         for op in counts:
+            if op.kind is _R:
+                if p.recompute is None:
+                    self.add("complete", f"{op}: the problem has no recompute block", self.by_op[op])
+                elif Op(_OFF, op.stage, op.microbatch) in counts or Op(_REL, op.stage, op.microbatch) in counts:
+                    self.add("R10", f"{op}: (stage {op.stage}, microbatch {op.microbatch}) is recomputed "
+                                    f"and also offloaded", self.by_op[op])
+                continue
             if op.kind in COMPUTE_KINDS and op not in expected:
                 self.add("complete", f"{op} is not an op of this problem (fused backward has no W)",
                          self.by_op[op])
@@ -169,7 +179,7 @@ class _Checker:
                            f"{lag_text} ({what})", later, later.start, [later, earlier])
 
     def dependencies(self) -> None:
-        """Rules 1-5 from the one dependency table; an optional dependency only when its op exists."""
+        """Rules 1-5 and 9 from the one dependency table; an optional dependency only when its op exists."""
         table = dependency_table(self.problem)
         get = self.by_op.get
         for op in self.schedule.ops:
@@ -265,7 +275,8 @@ class _Checker:
 def check(schedule: Schedule) -> CheckReport:
     """Check ``schedule`` against every rule of SPEC.md and re-time it."""
     checker = _Checker(schedule)
-    report = CheckReport([], schedule.makespan, schedule.peak_memory, schedule.bubble_ratio, schedule.offloaded)
+    report = CheckReport([], schedule.makespan, schedule.peak_memory, schedule.bubble_ratio, schedule.offloaded,
+                         schedule.recomputed)
     complete = checker.completeness()
     checker.placement_and_durations()
     checker.dependencies()

@@ -1,4 +1,4 @@
-"""The one definition of SPEC.md's ordering rules 1-5: what an op waits for, and with which lag.
+"""The one definition of SPEC.md's ordering rules 1-5 and 9: what an op waits for, and with which lag.
 
 Every op of microbatch ``j`` waits only for ops of the same microbatch, so the
 rules are a table per (kind, stage): :func:`stage_dependencies` gives, for an op
@@ -8,7 +8,7 @@ the bounds, the list schedulers and the solvers' constraints all read this
 table; none of them spells the rules out again.
 
 A dependency marked ``optional`` holds only when its op is in the schedule:
-a B waits for its RELOAD when (s, j) is offloaded.
+a B waits for its RELOAD when (s, j) is offloaded, and for its R when it is recomputed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
 
 class Dependency(NamedTuple):
@@ -40,6 +40,7 @@ RULES = {
     "R3": "rule 3: B(s,j) starts after B(s+1,j) ends + p2p latency",
     "R4": "rule 4: W(s,j) starts after B(s,j) ends",
     "R5": "rule 5: OFFLOAD after F ends, RELOAD after OFFLOAD ends, RELOAD ends before B starts",
+    "R9": "rule 9: R(s,j) starts after F(s,j) ends; B(s,j) starts after R(s,j) ends",
 }
 
 
@@ -49,17 +50,23 @@ def _forward(p: Problem, s: int) -> tuple[Dependency, ...]:
 
 
 def _backward(p: Problem, s: int) -> tuple[Dependency, ...]:
-    """Rules 2, 3 and 5: B(S-1,j) after F(S-1,j); B(s,j) after B(s+1,j) + lat(s,s+1); after RELOAD(s,j) if any."""
+    """Rules 2, 3, 5 and 9: B(S-1,j) after F(S-1,j); B(s,j) after B(s+1,j) + lat(s,s+1); after
+    RELOAD(s,j) and R(s,j) if any."""
     if s == p.num_stages - 1:
         upstream = Dependency(_F, s, 0.0, "R2")
     else:
         upstream = Dependency(_B, s + 1, p.latency(s, s + 1), "R3")
-    return (upstream, Dependency(_REL, s, 0.0, "R5", optional=True))
+    return (upstream, Dependency(_REL, s, 0.0, "R5", optional=True), Dependency(_R, s, 0.0, "R9", optional=True))
 
 
 def _weight(p: Problem, s: int) -> tuple[Dependency, ...]:
     """Rule 4: W(s,j) after B(s,j)."""
     return (Dependency(_B, s, 0.0, "R4"),)
+
+
+def _recompute(p: Problem, s: int) -> tuple[Dependency, ...]:
+    """Rule 9: R(s,j) after F(s,j)."""
+    return (Dependency(_F, s, 0.0, "R9"),)
 
 
 def _offload(p: Problem, s: int) -> tuple[Dependency, ...]:
@@ -73,7 +80,7 @@ def _reload(p: Problem, s: int) -> tuple[Dependency, ...]:
 
 
 _BY_KIND: dict[OpKind, Callable[[Problem, int], tuple[Dependency, ...]]] = {
-    _F: _forward, _B: _backward, _W: _weight, _OFF: _offload, _REL: _reload,
+    _F: _forward, _B: _backward, _W: _weight, _R: _recompute, _OFF: _offload, _REL: _reload,
 }
 
 
@@ -116,7 +123,7 @@ def depth(problem: Problem, kind: OpKind, stage: int) -> int:
         return 2 * stage
     if kind is _OFF:
         return 2 * stage + 1
-    if kind is _REL:
+    if kind is _REL or kind is _R:
         return 2 * S + 2 * (S - 1 - stage)
     if kind is _B:
         return 2 * S + 2 * (S - 1 - stage) + 1

@@ -9,19 +9,24 @@ import numpy as np
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
-_CODE = {_F: 0, _B: 1, _W: 2, _OFF: 3, _REL: 4}
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
+_CODE = {_F: 0, _B: 1, _W: 2, _R: 3, _OFF: 4, _REL: 5}
+_KEPT_F = len(_CODE)  # the row of a recomputed forward, which allocates only what it keeps
 
 
 def _signed_sizes(problem: Problem) -> np.ndarray:
     """Per kind code and stage, the signed amount of an op's one memory event: +activation at
-    the start of F, what B (and W when split) release at their end; transfers move their amount
+    the start of F (+keep when (s,j) is recomputed, row ``_KEPT_F``), +(activation - keep) at the
+    start of R, what B (and W when split) release at their end; transfers move their amount
     (+ at the start of RELOAD, - at the end of OFFLOAD) and have no entry here."""
     S = problem.num_stages
-    sizes = np.zeros((5, S))
+    sizes = np.zeros((len(_CODE) + 1, S))
     sizes[_CODE[_F]] = problem.activation
     for kind in (_B, _W):
         sizes[_CODE[kind]] = [-problem.released_by(kind, s) for s in range(S)]
+    if problem.recompute is not None:
+        sizes[_KEPT_F] = problem.recompute.keep
+        sizes[_CODE[_R]] = [problem.recompute_saving(s) for s in range(S)]
     return sizes
 
 
@@ -39,12 +44,20 @@ class _Events:
         code = np.array(codes, dtype=np.int64)
         stage = np.array([op.stage for op in ops], dtype=np.int64)
         amount = np.array([op.amount for op in ops], dtype=float)
-        allocates = (code == _CODE[_F]) | (code == _CODE[_REL])
+        allocates = (code == _CODE[_F]) | (code == _CODE[_REL]) | (code == _CODE[_R])
         time = np.where(allocates, np.array([op.start for op in ops], dtype=float),
                         np.array([op.end for op in ops], dtype=float))
         delta = np.where(code == _CODE[_OFF], -amount, np.where(code == _CODE[_REL], amount, 0.0))
         compute = code < _CODE[_OFF]
-        delta[compute] = _signed_sizes(problem)[code[compute], stage[compute]]
+        recomputed = {(op.stage, op.microbatch) for op in ops if op.kind is _R}
+        if recomputed:
+            row = code.copy()
+            for i in np.flatnonzero(code == _CODE[_F]).tolist():
+                if (ops[i].stage, ops[i].microbatch) in recomputed:
+                    row[i] = _KEPT_F
+        else:
+            row = code
+        delta[compute] = _signed_sizes(problem)[row[compute], stage[compute]]
         device = np.asarray(problem.placement, dtype=np.int64)[stage]
         keep = delta != 0
         device, time, allocates, delta = device[keep], time[keep], allocates[keep], delta[keep]
@@ -61,7 +74,8 @@ class _Events:
 def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, float]]]:
     """Per device, the (time, delta) events of its activation memory, in the order they count.
 
-    +activation at the start of F, -amount at the end of OFFLOAD, +amount at the
+    +activation at the start of F (+keep when the schedule recomputes (s,j), and
+    +(activation - keep) at the start of R), -amount at the end of OFFLOAD, +amount at the
     start of RELOAD, releases at the end of B (and W when split). Events are sorted
     by time with releases before allocations at one instant.
     ``ops`` are ScheduledOp-like objects (kind, stage, device, start, end, amount).

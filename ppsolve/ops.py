@@ -8,11 +8,12 @@ from typing import NamedTuple
 
 
 class OpKind(str, Enum):
-    """What an op does: compute (F, B, W) or a host-link transfer."""
+    """What an op does: compute (F, B, W, and R, a recompute) or a host-link transfer."""
 
     F = "F"
     B = "B"
     W = "W"
+    R = "R"
     OFFLOAD = "OFFLOAD"
     RELOAD = "RELOAD"
 
@@ -28,10 +29,10 @@ class OpKind(str, Enum):
         return self.value
 
 
-COMPUTE_KINDS = frozenset({OpKind.F, OpKind.B, OpKind.W})
+COMPUTE_KINDS = frozenset({OpKind.F, OpKind.B, OpKind.W, OpKind.R})
 TRANSFER_KINDS = frozenset({OpKind.OFFLOAD, OpKind.RELOAD})
 
-_OP_TEXT = re.compile(r"^(F|B|W|OFFLOAD|RELOAD)\((\d+),(\d+)\)$")
+_OP_TEXT = re.compile(r"^(F|B|W|R|OFFLOAD|RELOAD)\((\d+),(\d+)\)$")
 
 
 class Op(NamedTuple):
@@ -63,6 +64,10 @@ def B(stage: int, microbatch: int) -> Op:
 
 def W(stage: int, microbatch: int) -> Op:
     return Op(OpKind.W, stage, microbatch)
+
+
+def R(stage: int, microbatch: int) -> Op:
+    return Op(OpKind.R, stage, microbatch)
 
 
 def OFFLOAD(stage: int, microbatch: int) -> Op:

@@ -73,6 +73,15 @@ class OffloadConfig:
 
 
 @dataclass(frozen=True)
+class RecomputeConfig:
+    """Contract version 3: what a recomputed forward keeps until its recompute, and how long R lasts."""
+
+    keep: tuple[float, ...]
+    time: tuple[float, ...]
+    time_given: bool = False
+
+
+@dataclass(frozen=True)
 class Problem:
     """A validated ppsolve problem (see SPEC.md). Per-stage values are tuples of length S."""
 
@@ -89,6 +98,7 @@ class Problem:
     weight_hold: tuple[float, ...]
     capacity: tuple[float | None, ...]
     offload: OffloadConfig | None = None
+    recompute: RecomputeConfig | None = None
     name: str | None = None
     annotations: dict = field(default_factory=dict, compare=False, hash=False)
     source: dict | None = field(default=None, compare=False, hash=False, repr=False)
@@ -146,7 +156,8 @@ class Problem:
     def _durations(self) -> dict[OpKind, tuple[float, ...]]:
         backward = self.backward_input if self.split_backward else tuple(
             b + w for b, w in zip(self.backward_input, self.backward_weight))
-        return {OpKind.F: self.forward, OpKind.B: backward, OpKind.W: self.backward_weight}
+        recompute = self.recompute.time if self.recompute is not None else (0.0,) * self.num_stages
+        return {OpKind.F: self.forward, OpKind.B: backward, OpKind.W: self.backward_weight, OpKind.R: recompute}
 
     def duration(self, kind: OpKind, stage: int, amount: float = 0.0) -> float:
         """Duration of a compute op, or of a transfer moving ``amount``."""
@@ -173,6 +184,16 @@ class Problem:
         if self.offload is None:
             return 0.0
         return self.offload.fraction[stage] * self.activation[stage]
+
+    def recompute_saving(self, stage: int) -> float:
+        """What recomputing one activation of ``stage`` saves between its F and its R (0 without recompute)."""
+        if self.recompute is None:
+            return 0.0
+        return self.activation[stage] - self.recompute.keep[stage]
+
+    @property
+    def can_recompute(self) -> bool:
+        return self.recompute is not None and any(self.recompute_saving(s) > 0 for s in range(self.num_stages))
 
     @property
     def can_offload(self) -> bool:
@@ -227,6 +248,11 @@ class Problem:
             if self.offload.links_given:
                 off["links"] = [list(link) for link in self.offload.links]
             data["offload"] = off
+        if self.recompute is not None:
+            rec: dict[str, Any] = {"keep": _compact(self.recompute.keep)}
+            if self.recompute.time_given:
+                rec["time"] = _compact(self.recompute.time)
+            data["recompute"] = rec
         data.update(self.annotations)
         return data
 
@@ -238,8 +264,8 @@ class Problem:
                 data["memory"]["capacity"] = list(value) if isinstance(value, tuple) else value
             elif key == "microbatches":
                 data["microbatches"] = value
-            elif key == "offload":
-                data["offload"] = value
+            elif key in ("offload", "recompute"):
+                data[key] = value
             elif key == "name":
                 data["name"] = value
             else:
@@ -305,13 +331,27 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
                                 links=tuple(tuple(int(d) for d in link) for link in links),
                                 duplex=bool(raw_off.get("duplex", True)), links_given=links_given)
 
+    recompute = None
+    raw_rec = data.get("recompute")
+    if raw_rec is not None:
+        keep = _per(raw_rec["keep"], stages, f"{where}.recompute.keep", "stage")
+        for s, (kept, act) in enumerate(zip(keep, activation)):
+            if kept > act:
+                index = f"[{s}]" if isinstance(raw_rec["keep"], list) else ""
+                raise InputError(f"{where}.recompute.keep{index}",
+                                 f"must be <= activation ({act:g}) of stage {s}, got {kept:g}")
+        time_given = "time" in raw_rec
+        recompute_time = (_per(raw_rec["time"], stages, f"{where}.recompute.time", "stage") if time_given
+                          else per_stage["forward"])
+        recompute = RecomputeConfig(keep=keep, time=recompute_time, time_given=time_given)
+
     return Problem(
         devices=devices, microbatches=microbatches, chunks=chunks, placement_spec=placement_spec,
         split_backward=data.get("backward", "split") == "split",
         forward=per_stage["forward"], backward_input=per_stage["backward_input"],
         backward_weight=per_stage["backward_weight"], p2p=float(time.get("p2p", 0.0)),
         activation=activation, weight_hold=weight_hold, capacity=capacity, offload=offload,
-        name=data.get("name"), annotations={k: v for k, v in data.items() if k.startswith("x-")},
+        recompute=recompute, name=data.get("name"), annotations={k: v for k, v in data.items() if k.startswith("x-")},
         source=copy.deepcopy(data),
     )
 

@@ -100,7 +100,8 @@ class Schedule:
 
     @cached_property
     def compute_time(self) -> float:
-        return sum(op.end - op.start for op in self.ops if op.kind.is_compute)
+        """Time of the useful work, F, B and W: a recompute is overhead (SPEC.md's bubble ratio)."""
+        return sum(op.end - op.start for op in self.ops if op.kind.is_compute and op.kind is not OpKind.R)
 
     @cached_property
     def bubble_ratio(self) -> float:
@@ -120,25 +121,45 @@ class Schedule:
             return None
         return max(0.0, (self.makespan - lb) / self.makespan)
 
-    def offloaded_by_stage(self) -> dict[int, list[int]]:
-        """Which activations go to host: stage -> sorted microbatches offloaded."""
+    @cached_property
+    def recomputed(self) -> int:
+        """How many (stage, microbatch) the schedule recomputes (its R ops)."""
+        return sum(1 for op in self.ops if op.kind is OpKind.R)
+
+    @cached_property
+    def recompute_time(self) -> float:
+        return sum(op.end - op.start for op in self.ops if op.kind is OpKind.R)
+
+    def _by_stage(self, kind: OpKind) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
         for op in self.ops:
-            if op.kind is OpKind.OFFLOAD:
+            if op.kind is kind:
                 out.setdefault(op.stage, []).append(op.microbatch)
         return {stage: sorted(mbs) for stage, mbs in sorted(out.items())}
 
+    def offloaded_by_stage(self) -> dict[int, list[int]]:
+        """Which activations go to host: stage -> sorted microbatches offloaded."""
+        return self._by_stage(OpKind.OFFLOAD)
+
+    def recomputed_by_stage(self) -> dict[int, list[int]]:
+        """Which activations are recomputed: stage -> sorted microbatches."""
+        return self._by_stage(OpKind.R)
+
     def describe_offload(self) -> str:
         """One line: ``stage 0: microbatches 0-5, 7; stage 1: microbatches 0-2`` (or ``nothing``)."""
-        parts = [f"stage {stage}: microbatches {_ranges(mbs)}" for stage, mbs in self.offloaded_by_stage().items()]
-        return "; ".join(parts) if parts else "nothing"
+        return describe_by_stage(self.offloaded_by_stage())
+
+    def describe_recompute(self) -> str:
+        """:meth:`describe_offload` for the recomputed activations."""
+        return describe_by_stage(self.recomputed_by_stage())
 
     def ops_of_device(self, device: int) -> list[ScheduledOp]:
         return sorted((op for op in self.ops if op.device == device), key=lambda o: (o.start, o.kind.is_compute))
 
     def metrics(self) -> dict:
         return {"makespan": _num(self.makespan), "peak_memory": [_num(p) for p in self.peak_memory],
-                "bubble_ratio": round(self.bubble_ratio, 9), "offloaded": _num(self.offloaded)}
+                "bubble_ratio": round(self.bubble_ratio, 9), "offloaded": _num(self.offloaded),
+                "recomputed": self.recomputed}
 
     def with_method(self, method: MethodInfo) -> "Schedule":
         return Schedule(self.problem, method, self.ops)
@@ -153,6 +174,12 @@ class Schedule:
     def save(self, path: str | Path) -> None:
         """Write the schedule file atomically."""
         write_json_atomic(path, self.to_dict())
+
+
+def describe_by_stage(by_stage: dict[int, list[int]]) -> str:
+    """``{0: [0, 1, 2, 5]}`` -> ``stage 0: microbatches 0-2, 5`` (``nothing`` when empty)."""
+    parts = [f"stage {stage}: microbatches {_ranges(mbs)}" for stage, mbs in by_stage.items()]
+    return "; ".join(parts) if parts else "nothing"
 
 
 def _ranges(values: list[int]) -> str:
@@ -189,6 +216,8 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
             raise InputError(f"{at}.amount", f"is only for OFFLOAD and RELOAD, not {kind.value}")
         if kind.is_transfer and problem.offload is None:
             raise InputError(f"{at}.kind", f"{kind.value} needs an offload block in {where}.problem, which has none")
+        if kind is OpKind.R and problem.recompute is None:
+            raise InputError(f"{at}.kind", f"R needs a recompute block in {where}.problem, which has none")
         ops.append(ScheduledOp(kind, int(raw["stage"]), int(raw["microbatch"]), int(raw["device"]),
                                float(raw["start"]), float(raw["end"]), float(raw.get("amount", 0.0))))
     method = MethodInfo.from_dict(data.get("method", {"name": "unknown"}))

@@ -15,7 +15,7 @@ Two callers:
   before its planned start has ended. Re-timing a valid schedule never makes it
   later and never raises a device's peak.
 
-Data dependencies (rules 1-5) come from :mod:`ppsolve.dependencies`.
+Data dependencies (rules 1-5 and 9) come from :mod:`ppsolve.dependencies`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ Orders = Sequence[Sequence[Op]]
 Amounts = Mapping[tuple[int, int], float]
 Waits = Mapping[Op, Sequence[Op]]
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
-_KIND_CODE = {_F: 0, _B: 1, _W: 2, _OFF: 3, _REL: 4}
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
+_KIND_CODE = {_F: 0, _B: 1, _W: 2, _R: 3, _OFF: 4, _REL: 5}  # compute kinds below _OFF
+_KINDS = len(_KIND_CODE)
 
 
 def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None,
@@ -215,7 +216,7 @@ class _Engine:
         index = np.arange(n)
         self.first_of_device = np.repeat(np.cumsum([0] + lengths[:-1]), lengths)
         self.code, self.stage, self.mb = code, stage, mb
-        slot = self._slot = np.full(5 * S * M, -1, dtype=np.int64)
+        slot = self._slot = np.full(_KINDS * S * M, -1, dtype=np.int64)
         if n:
             key = (code * S + stage) * M + mb if _in_range(stage, mb, S, M) else None
             if key is not None:
@@ -227,8 +228,8 @@ class _Engine:
         self.device: list[int] = device.tolist()
         self.position: list[int] = (index - self.first_of_device).tolist()
         self._check_complete(where)
-        durations = np.zeros(5 * S)
-        for kind in problem.kinds:
+        durations = np.zeros(_KINDS * S)
+        for kind in problem.kinds + ((_R,) if problem.recompute is not None else ()):
             durations[_KIND_CODE[kind] * S:(_KIND_CODE[kind] + 1) * S] = [problem.duration(kind, s) for s in range(S)]
         duration = durations[code * S + stage]
         amount = np.zeros(n)
@@ -265,15 +266,25 @@ class _Engine:
             odd |= transfer
         if not problem.split_backward:
             odd |= code == _KIND_CODE[_W]
+        recompute = code == _KIND_CODE[_R]
+        if problem.recompute is None:
+            odd |= recompute
+        # rule 10: a recomputed (stage, microbatch) has no transfers
+        offload_of = ((_KIND_CODE[_OFF] * self.S + self.stage) * self.M + self.mb)
+        odd |= recompute & (self._slot[np.where(recompute, offload_of, 0)] >= 0)
         for i in np.flatnonzero(odd).tolist():  # the first in list order says what is wrong
             kind, s, j = op = self.ops[i]
             if kind is _W:
                 raise InputError(where, f"{op}: fused backward has no W ops")
+            if kind is _R and problem.recompute is None:
+                raise InputError(where, f"{op}: the problem has no recompute block")
+            if kind is _R:
+                raise InputError(where, f"{op}: a recomputed activation is not also offloaded (rule 10)")
             if problem.offload is None:
                 raise InputError(where, f"{op}: the problem has no offload link")
             partner_kind = _REL if kind is _OFF else _OFF
             raise InputError(where, f"{op} has no matching {partner_kind.value}")
-        compute = int((code < _KIND_CODE[_OFF]).sum())
+        compute = int(((code < _KIND_CODE[_OFF]) & ~recompute).sum())
         if compute != expected:
             missing = next(op for op in problem.compute_ops() if self.index_of(op) < 0)
             raise InputError(where, f"{expected - compute} compute ops are missing, first {missing}")
@@ -284,14 +295,14 @@ class _Engine:
         self._edges.append((before, after, np.zeros(len(before))))
 
     def _add_data_edges(self) -> None:
-        """Rules 1-5, read from the dependency table (an optional dependency only when present)."""
+        """Rules 1-5 and 9, read from the dependency table (an optional dependency only when present)."""
         S, M = self.S, self.M
         table = dependency_table(self.problem)
         width = max(len(deps) for deps in table.values())
         # per rank k of a dependency and per kind code * S + stage: what it waits for (-1: nothing)
-        waits_for = np.full((width, 5 * S), -1, dtype=np.int64)
-        lag = np.zeros((width, 5 * S))
-        optional = np.zeros((width, 5 * S), dtype=bool)
+        waits_for = np.full((width, _KINDS * S), -1, dtype=np.int64)
+        lag = np.zeros((width, _KINDS * S))
+        optional = np.zeros((width, _KINDS * S), dtype=bool)
         for (kind, s), deps in table.items():
             for k, dep in enumerate(deps):
                 at = _KIND_CODE[kind] * S + s

@@ -41,6 +41,10 @@ def problems(draw) -> Problem:
         data["offload"] = {"fraction": draw(st.sampled_from([0.5, 1])),
                            "bandwidth": {"d2h": draw(st.sampled_from([0.5, 1, 4])), "h2d": 1},
                            "links": links, "duplex": draw(st.booleans())}
+    if draw(st.booleans()):  # contract v3: a forward may keep only its checkpoint and be recomputed
+        data["recompute"] = {"keep": [draw(st.integers(0, a)) for a in activation]}
+        if draw(st.booleans()):
+            data["recompute"]["time"] = draw(times)
     return problem_from_dict(data)
 
 
@@ -61,6 +65,8 @@ def random_sequence(problem: Problem, rng: random.Random, offload: bool,
     offloaded = {(s, j) for s in range(S) for j in range(m) if offload and rng.random() < 0.5}
     amounts = {key: problem.max_offload(key[0]) * rng.choice([0.5, 1]) for key in offloaded}
     offloaded = {key for key in offloaded if amounts[key] > 0}
+    recomputed = {(s, j) for s in range(S) for j in range(m)
+                  if problem.recompute is not None and (s, j) not in offloaded and rng.random() < 0.5}
     succ: dict[Op, list[Op]] = {}
     indeg: dict[Op, int] = {}
 
@@ -85,6 +91,9 @@ def random_sequence(problem: Problem, rng: random.Random, offload: bool,
                 edge(Op(OpKind.F, s, j), Op(OpKind.OFFLOAD, s, j))
                 edge(Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j))
                 edge(Op(OpKind.RELOAD, s, j), Op(OpKind.B, s, j))
+            if (s, j) in recomputed:
+                edge(Op(OpKind.F, s, j), Op(OpKind.R, s, j))
+                edge(Op(OpKind.R, s, j), Op(OpKind.B, s, j))
     ready = [op for op, n in indeg.items() if n == 0]
     sequence: list[Op] = []
     while ready:
@@ -167,13 +176,15 @@ def test_lower_bound_holds_under_the_schedules_own_memory_cap(problem, seed):
 
 
 def _waits_for(problem: Problem, op: Op) -> list[tuple[Op, float]]:
-    """Rules 1-5 for ``op`` (same microbatch), written out for the test's own planner."""
+    """Rules 1-5 and 9 for ``op`` (same microbatch), written out for the test's own planner."""
     s, j, last = op.stage, op.microbatch, problem.num_stages - 1
     if op.kind is OpKind.F:
         return [(Op(OpKind.F, s - 1, j), problem.latency(s - 1, s))] if s else []
     if op.kind is OpKind.B:
         upstream = (Op(OpKind.F, s, j), 0.0) if s == last else (Op(OpKind.B, s + 1, j), problem.latency(s, s + 1))
-        return [upstream, (Op(OpKind.RELOAD, s, j), 0.0)]
+        return [upstream, (Op(OpKind.RELOAD, s, j), 0.0), (Op(OpKind.R, s, j), 0.0)]
+    if op.kind is OpKind.R:
+        return [(Op(OpKind.F, s, j), 0.0)]
     if op.kind is OpKind.W:
         return [(Op(OpKind.B, s, j), 0.0)]
     if op.kind is OpKind.OFFLOAD:
@@ -235,7 +246,7 @@ def test_retiming_a_valid_plan_is_never_later_nor_higher(problem, seed):
     # what makes the peak hold: a release planned at or before an allocation of the same device
     # still happens at or before it
     releases = [o for o in ops if o.kind in (OpKind.B, OpKind.W, OpKind.OFFLOAD)]
-    allocations = [o for o in ops if o.kind in (OpKind.F, OpKind.RELOAD)]
+    allocations = [o for o in ops if o.kind in (OpKind.F, OpKind.R, OpKind.RELOAD)]
     for x in releases:
         for y in allocations:
             if x.device == y.device and x.end <= y.start:

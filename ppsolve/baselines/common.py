@@ -105,6 +105,21 @@ def memory_text(x: float) -> str:
     return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"
 
 
+def with_recompute(orders: Sequence[Sequence[Op]], recomputed) -> Orders:
+    """Insert R(s,j) right before B(s,j) for each (stage, microbatch) in ``recomputed`` (Megatron's
+    recompute: the forward reruns just before its backward needs it)."""
+    chosen = set(recomputed)
+    out: Orders = []
+    for actions in orders:
+        listed: list[Op] = []
+        for op in actions:
+            if op.kind is OpKind.B and (op.stage, op.microbatch) in chosen:
+                listed.append(Op(OpKind.R, op.stage, op.microbatch))
+            listed.append(op)
+        out.append(listed)
+    return out
+
+
 def with_w_after_b(problem: Problem, order: list[Op]) -> list[Op]:
     """Insert W(s,j) right after each B(s,j) when the backward is split."""
     return with_w_deferred(problem, order, 0)

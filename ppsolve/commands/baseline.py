@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         "method": schedule.method.name, "output": args.output, "makespan": schedule.makespan,
         "lower_bound": schedule.method.lower_bound, "gap": gap, "bubble_ratio": schedule.bubble_ratio,
         "peak_memory": schedule.peak_memory, "capacity": list(problem.capacity), "offloaded": schedule.offloaded,
-        "offloaded_by_stage": schedule.offloaded_by_stage(),
+        "offloaded_by_stage": schedule.offloaded_by_stage(), "recomputed": schedule.recomputed,
+        "recomputed_by_stage": schedule.recomputed_by_stage(),
         "capacity_broken": broken, "valid": report.valid, "executable": report.executable,
         "seconds": schedule.method.seconds,
     }
@@ -71,9 +72,12 @@ def run(args: argparse.Namespace) -> int:
         gap_text = "n/a" if gap is None else f"{gap:.1%}"
         print(f"{args.output}: {schedule.method.name}, makespan {schedule.makespan:g} "
               f"(bound {schedule.method.lower_bound:g}, gap {gap_text}), bubble {schedule.bubble_ratio:.1%}, "
-              f"peak memory [{peaks}], offloaded {schedule.offloaded:g}")
+              f"peak memory [{peaks}], offloaded {schedule.offloaded:g}"
+              + (f", recomputed {schedule.recomputed}" if problem.recompute is not None else ""))
         if schedule.offloaded:
             print(f"to host memory: {schedule.describe_offload()}")
+        if schedule.recomputed:
+            print(f"recomputed: {schedule.describe_recompute()}")
         if broken:
             devices = ", ".join(str(d) for d in schedule.method.extra.get("capacity_broken_on", []))
             print(f"warning: this schedule breaks the memory cap on device(s) {devices} (--ignore-capacity)")

@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     peaks = ", ".join(f"{p:g}" for p in report.peak_memory)
     print(f"{args.schedule}: method {schedule.method.name}, makespan {report.makespan:g}, "
-          f"bubble {report.bubble_ratio:.1%}, peak memory [{peaks}], offloaded {report.offloaded:g}")
+          f"bubble {report.bubble_ratio:.1%}, peak memory [{peaks}], offloaded {report.offloaded:g}, "
+          f"recomputed {report.recomputed}")
     if report.retimed_makespan is not None:
         re_peaks = ", ".join(f"{p:g}" for p in report.retimed_peak_memory)
         print(f"re-timed by the runtime rules: makespan {report.retimed_makespan:g}, peak memory [{re_peaks}]")

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         "lower_bound": result.lower_bound, "gap": result.gap, "seconds": round(result.seconds, 3),
         "peak_memory": schedule.peak_memory, "capacity": list(schedule.problem.capacity),
         "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(),
+        "recomputed": schedule.recomputed, "recomputed_by_stage": schedule.recomputed_by_stage(),
         "interrupted": result.interrupted,
         "from_warm_start": result.from_warm_start, "notes": result.notes,
     }
@@ -124,10 +125,13 @@ def run(args: argparse.Namespace) -> int:
     head = "interrupted: best so far" if result.interrupted else result.status
     print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g}, "
           f"gap {result.gap:.2%}, {result.seconds:.1f} s")
-    print(f"peak memory [{peaks}] (capacity [{caps}]), offloaded {schedule.offloaded:g}, "
+    recomputed = f", recomputed {schedule.recomputed}" if schedule.problem.recompute is not None else ""
+    print(f"peak memory [{peaks}] (capacity [{caps}]), offloaded {schedule.offloaded:g}{recomputed}, "
           f"bubble {schedule.bubble_ratio:.1%}")
     if schedule.offloaded:
         print(f"to host memory: {schedule.describe_offload()}")
+    if schedule.recomputed:
+        print(f"recomputed: {schedule.describe_recompute()}")
     for note in result.notes:
         print(f"note: {note}")
     for line in advice.lines() if advice is not None else []:

@@ -20,7 +20,7 @@ LANES = {"compute": 0, "d2h": 1, "h2d": 2}
 LANE_OF_KIND = {OpKind.OFFLOAD: "d2h", OpKind.RELOAD: "h2d"}
 # Colour names chrome://tracing knows (Perfetto picks its own).
 COLOR_OF_KIND = {OpKind.F: "thread_state_running", OpKind.B: "thread_state_iowait", OpKind.W: "good",
-                 OpKind.OFFLOAD: "rail_load", OpKind.RELOAD: "rail_animation"}
+                 OpKind.R: "terrible", OpKind.OFFLOAD: "rail_load", OpKind.RELOAD: "rail_animation"}
 
 
 def _num(x: float) -> float | int:

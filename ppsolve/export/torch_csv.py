@@ -25,13 +25,18 @@ def torch_action(kind: OpKind, stage: int, microbatch: int, split: bool) -> str:
 
 
 def to_torch_csv(schedule: Schedule) -> str:
-    """The CSV text; NotApplicableError for a schedule with OFFLOAD/RELOAD ops."""
+    """The CSV text; NotApplicableError for a schedule with OFFLOAD/RELOAD or R ops."""
     transfers = sum(1 for op in schedule.ops if op.kind.is_transfer)
     if transfers:
         raise NotApplicableError(
             f"cannot export to torch: the schedule has {transfers} OFFLOAD/RELOAD ops and PyTorch's "
             "pipelining runtime has no offload action (use `ppsolve run --runtime ppsolve`, or a schedule "
             "without offload)")
+    if schedule.recomputed:
+        raise NotApplicableError(
+            f"cannot export to torch: the schedule has {schedule.recomputed} R (recompute) ops and PyTorch's "
+            "pipelining runtime has no recompute action (use `ppsolve run --runtime ppsolve`, or a schedule "
+            "without recompute)")
     split = schedule.problem.split_backward
     rows = []
     for device in range(schedule.problem.devices):

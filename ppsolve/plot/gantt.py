@@ -21,6 +21,7 @@ KIND_COLORS = {
     OpKind.F: "#4C72B0",
     OpKind.B: "#DD8452",
     OpKind.W: "#55A868",
+    OpKind.R: "#CCB974",
     OpKind.OFFLOAD: "#8172B3",
     OpKind.RELOAD: "#C44E52",
 }
@@ -220,6 +221,8 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
         axes.append(ax)
 
     legend = [Patch(facecolor=KIND_COLORS[k], label=k.value) for k in problem.kinds]
+    if schedule.recomputed:
+        legend.append(Patch(facecolor=KIND_COLORS[OpKind.R], label="R (recompute)"))
     if lay.lanes:
         legend += [Patch(facecolor=KIND_COLORS[k], label=k.value) for k in (OpKind.OFFLOAD, OpKind.RELOAD)]
     if problem.chunks > 1:
