@@ -55,7 +55,7 @@ START_CASES = {
                        Phase.MAKESPAN, None),
     "offload-shared": (dict(devices=3, microbatches=4, memory_capacity=1, offload={**OFFLOAD, "links": [[0, 1, 2]]}),
                        Phase.MAKESPAN, None),
-    "least-offload": (dict(devices=2, microbatches=4, memory_capacity=1, offload=OFFLOAD), Phase.OFFLOAD, "warm"),
+    "least-offload": (dict(devices=2, microbatches=4, memory_capacity=1, offload=OFFLOAD), Phase.OVERHEAD, "warm"),
     "memory": (dict(devices=3, microbatches=4, memory_capacity=[3, 2, 2], memory_weight_hold=0.5), Phase.MEMORY, None),
 }
 

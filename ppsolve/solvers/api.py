@@ -55,11 +55,12 @@ class Status(enum.Enum):
 
 
 class Phase(enum.Enum):
-    """MAKESPAN: min C. OFFLOAD: min offloaded amount s.t. C <= cap. MEMORY: min max peak (then the
-    sum of peaks) s.t. C <= cap (or no cap)."""
+    """MAKESPAN: min C. OVERHEAD: the least memory-lever overhead s.t. C <= cap: least total recompute
+    time, then least offloaded amount, as one objective ``Scaling.overhead(recompute, offloaded)`` in
+    model units. MEMORY: min max peak (then the sum of peaks) s.t. C <= cap (or no cap)."""
 
     MAKESPAN = "makespan"
-    OFFLOAD = "offloaded"
+    OVERHEAD = "overhead"
     MEMORY = "peak"
 
 
@@ -116,7 +117,7 @@ class PhaseTask:
     """One phase for a backend. Times in model units (``scaling``).
 
     ``horizon``: a makespan known to be reachable (tightens the model; None: the trivial one).
-    ``makespan_cap``: OFFLOAD and MEMORY phases keep C <= cap. ``hint``: a schedule to start from.
+    ``makespan_cap``: OVERHEAD and MEMORY phases keep C <= cap. ``hint``: a schedule to start from.
     ``budget.check()`` is called while building (raises ``TimeUp``); ``limit`` bounds the search.
     ``lower_bound``: a valid cut C >= lower_bound (computed once per solve).
     """

@@ -270,7 +270,7 @@ def _least_offload(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OFFLOAD: at the makespan of ``best``, the least offloaded amount."""
     run.progress.phase("least offload", "offloaded", run.user_memory, incumbent=best.offloaded,
                        at=f"(at makespan {best.makespan:g})", gap=False)
-    answer = run.phase(Phase.OFFLOAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
+    answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
     run.least_offload = answer.status.value  # "optimal": no schedule at this makespan offloads less
     better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
     if better is not None and better.offloaded < best.offloaded - 1e-12:

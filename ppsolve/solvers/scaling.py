@@ -1,9 +1,9 @@
 """All integer scaling of times and memory of the solver models (CP-SAT and MILP), in one place.
 
-CP-SAT works on integers. Every time the model uses (compute durations, the
-p2p latency, transfer durations ``max_offload(s) / bandwidth``) is multiplied
-by one factor ``time_scale`` and every memory figure (activations, weight
-holds, offload amounts, capacities) by one factor ``memory_scale``.
+CP-SAT works on integers. Every time the model uses (compute durations, recompute
+durations, the p2p latency, transfer durations ``max_offload(s) / bandwidth``) is
+multiplied by one factor ``time_scale`` and every memory figure (activations, weight
+holds, recompute checkpoints, offload amounts, capacities) by one factor ``memory_scale``.
 
 Each factor is the least common multiple of the denominators of the values'
 exact fractions (a value is read as a fraction when a denominator up to
@@ -68,12 +68,18 @@ class Scaling:
     time_scale: int
     memory_scale: int
     exact: bool
-    duration: dict  # (kind, stage) -> int, kind in F/B/W/OFFLOAD/RELOAD (transfers: full allowed amount)
+    duration: dict  # (kind, stage) -> int, kind in F/B/W/R/OFFLOAD/RELOAD (transfers: full allowed amount)
     latency: tuple[int, ...]  # latency[s] between stage s and s+1
     activation: tuple[int, ...]
     weight_hold: tuple[int, ...]
     offload_amount: tuple[int, ...]  # scaled max_offload(s); 0 where a stage cannot offload
     capacity: tuple[int | None, ...]
+    keep: tuple[int, ...] = ()  # scaled recompute.keep[s] (rounded up); empty without a recompute block
+    overhead_weight: int = 1  # > the most that can be offloaded in one iteration (model units)
+
+    def overhead(self, recompute: int, offloaded: int) -> int:
+        """The OVERHEAD phase's one objective: recompute time first, then the offloaded amount."""
+        return self.overhead_weight * recompute + offloaded
 
     def time(self, x: float, up: bool = True, tolerance: float = 1e-6) -> int:
         """A time of the problem in model units (rounded up, or down, when more than ``tolerance``
@@ -97,14 +103,15 @@ def _rounded(y: float, up: bool, tolerance: float) -> int:
 
 def build_scaling(problem: Problem) -> Scaling:
     S = problem.num_stages
-    kinds = list(problem.kinds)
+    kinds = list(problem.kinds) + ([OpKind.R] if problem.recompute is not None else [])
     amounts = [problem.max_offload(s) for s in range(S)]
     times = [problem.duration(k, s) for k in kinds for s in range(S)] + [problem.p2p]
     if problem.offload is not None:
         times += [problem.duration(OpKind.OFFLOAD, s, a) for s, a in enumerate(amounts) if a > 0]
         times += [problem.duration(OpKind.RELOAD, s, a) for s, a in enumerate(amounts) if a > 0]
     caps = [c for c in problem.capacity if c is not None]
-    memory = list(problem.activation) + list(problem.weight_hold) + amounts + caps
+    keep = list(problem.recompute.keep) if problem.recompute is not None else []
+    memory = list(problem.activation) + list(problem.weight_hold) + keep + amounts + caps
     tscale, texact = _scale_for(times)
     mscale, mexact = _scale_for(memory)
 
@@ -126,6 +133,8 @@ def build_scaling(problem: Problem) -> Scaling:
     # Offloading moves less than it could when rounding, so memory stays conservative.
     offload_amount = tuple(min(down(a, mscale), activation[s]) for s, a in enumerate(amounts))
     return Scaling(
+        keep=tuple(min(up(k, mscale), activation[s]) for s, k in enumerate(keep)),
+        overhead_weight=1 + problem.microbatches * sum(offload_amount),
         time_scale=tscale, memory_scale=mscale, exact=texact and mexact, duration=duration,
         latency=tuple(up(problem.latency(s, s + 1), tscale) for s in range(S - 1)),
         activation=activation, weight_hold=hold, offload_amount=offload_amount,
@@ -137,7 +146,7 @@ def trivial_horizon(problem: Problem, scaling: Scaling) -> int:
     """A makespan no optimal schedule exceeds (model units): everything one after another."""
     S, m = problem.num_stages, problem.microbatches
     total = m * sum(scaling.duration[(k, s)] for s in range(S) for k in problem.kinds)
-    total += m * sum(scaling.duration.get((k, s), 0) for s in range(S) for k in (OpKind.OFFLOAD, OpKind.RELOAD))
+    total += m * sum(scaling.duration.get((k, s), 0) for s in range(S) for k in (OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD))
     total += 2 * m * sum(scaling.latency)
     return max(1, total)
 

@@ -79,7 +79,7 @@ def _build(task: PhaseTask) -> _Model:
     add_cuts(v, options.symmetry, task.phase is not Phase.MEMORY, task.lower_bound)
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
-    elif task.phase is Phase.OFFLOAD:
+    elif task.phase is Phase.OVERHEAD:
         objective.minimise_offload(v, task.makespan_cap)
     else:
         cap = task.makespan_cap if task.makespan_cap is not None else v.horizon

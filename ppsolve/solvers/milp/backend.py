@@ -104,7 +104,7 @@ def _build(task: PhaseTask) -> _Model:
     constraints.makespan(v, min(task.lower_bound, H))
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
-    elif task.phase is Phase.OFFLOAD:
+    elif task.phase is Phase.OVERHEAD:
         objective.minimise_offload(v, task.makespan_cap)
     else:
         m.weight = objective.minimise_peak(v, m.peaks, [high for _, high in peak_ranges(problem, scaling)],

@@ -23,8 +23,10 @@ _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RE
 
 def _time(v: Variables, op: Op, at_end: bool):
     """(start or end expression, the offload choice it depends on or None); (None, None) when the
-    model has no such transfer."""
+    model has no such op (a transfer or a recompute it does not decide)."""
     if op.kind.is_compute:
+        if op not in v.start:
+            return None, None
         return (v.end(op) if at_end else v.start[op]), None
     t = v.transfers.get((op.stage, op.microbatch))
     if t is None:
