@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppsolve.frontier import Frontier
+from ppsolve.frontier import CURVE_LABELS, Frontier
 from ppsolve.plot.figure import new_figure, save_figure
 
-# Drawn in this order, so that the offload curve stays visible where the two coincide.
-CURVE_STYLE = {"no-offload": ("#c92a2a", "solver without offload", "--"),
-               "offload": ("#1864ab", "solver with offload", "-")}
+# (colour, line style) of each curve; drawn in CURVE_LABELS' order, so that the curve with the most
+# levers stays visible where curves coincide.
+CURVE_STYLE = {"no-lever": ("#c92a2a", "--"), "recompute": ("#2b8a3e", "-."), "offload": ("#1864ab", "-"),
+               "offload+recompute": ("#862e9c", "-")}
 MARKERS = "sD^v<>Pp*hXo"
 
 
@@ -26,7 +27,9 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     right = max([*finite, *peaks, 1e-9])
     left = min([*finite, *peaks, right])
     unbounded_x = right + 0.12 * max(right - left, right * 0.2)
-    for curve, (color, label, style) in CURVE_STYLE.items():
+    for curve in frontier.curves:
+        color, style = CURVE_STYLE[curve]
+        label = f"solver, {CURVE_LABELS[curve]}"
         pts = [p for p in frontier.curve(curve) if p.best_makespan is not None]
         if not pts:
             continue
