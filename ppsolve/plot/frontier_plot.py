@@ -23,13 +23,15 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     fig = new_figure(*size)
     ax = fig.add_axes((0.09, 0.11, 0.64, 0.79))
     finite = [p.capacity for p in frontier.points if p.capacity is not None]
-    peaks = [p.peak_memory for p in frontier.points if p.peak_memory is not None]
+    # baselines sit at their own peak; a solver run without a cap is drawn at 'unbounded', whatever its peak
+    peaks = [p.peak_memory for p in frontier.curve("baseline") if p.peak_memory is not None] or \
+        ([] if finite else [p.peak_memory for p in frontier.points if p.peak_memory is not None])
     right = max([*finite, *peaks, 1e-9])
     left = min([*finite, *peaks, right])
     unbounded_x = right + 0.12 * max(right - left, right * 0.2)
     for curve in frontier.curves:
         color, style = CURVE_STYLE[curve]
-        label = f"solver, {CURVE_LABELS[curve]}"
+        label = CURVE_LABELS[curve]
         pts = [p for p in frontier.curve(curve) if p.best_makespan is not None]
         if not pts:
             continue
@@ -61,7 +63,8 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     ax.set_ylabel(f"makespan ({time_unit})", fontsize=9)
     ax.grid(color="#eeeeee")
     limit = "" if frontier.time_limit is None else f", {frontier.time_limit:g} s per point"
-    ax.set_title(f"memory/time frontier of {frontier.problem} ({frontier.solver}{limit})", fontsize=10, loc="left")
+    ax.set_title(f"memory/time frontier of {frontier.problem}\n(solver {frontier.solver}{limit}; each curve: "
+                 "the memory levers it may use)", fontsize=9.5, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, frameon=False)
     fig.text(0.09, 0.015, "curve: best makespan found at that capacity or a smaller one; white dot: proved optimal",
              fontsize=7, color="#555555")
