@@ -147,20 +147,10 @@ def _assert_levers_measured(outcome, schedule, plain):
     assert any(fig.measured_peak < kept_all[fig.rank] for fig in outcome.figures)
 
 
-def test_two_ranks_split_gpt_keep_offload_recompute():
-    prob = problem(2, 4, offload=True, keep=0.25)
-    orders = pipelined_orders(prob, lag=1)
-    recomputed = {(0, 0), (0, 2), (1, 1)}
-    schedule = mixed_levers(prob, orders, recomputed, {(0, 1), (0, 3)})
-    assert check(schedule).ok and schedule.recomputed == 3 and schedule.offloaded > 0
-    outcome = run_schedule_and_compare(schedule, GPT, device="cpu", timeout_s=TIMEOUT_S)
-    _assert_levers_measured(outcome, schedule, make(prob, orders, "plain"))
-
-
 def test_four_ranks_fused_mlp_keep_offload_recompute():
-    prob = problem(4, 6, split=False, offload=True, keep=0.25)
+    prob = problem(4, 4, split=False, offload=True, keep=0.25)
     orders = pipelined_orders(prob, lag=3)
-    pairs = [(s, j) for s in range(3) for j in range(6)]
+    pairs = [(s, j) for s in range(3) for j in range(4)]
     recomputed = {(s, j) for s, j in pairs if (s + j) % 2 == 0} | {(3, 1)}
     offloaded = {(s, j) for s, j in pairs if (s + j) % 3 == 1} - recomputed
     schedule = mixed_levers(prob, orders, recomputed, offloaded)

@@ -3,8 +3,9 @@
 One process per device (gloo on CPU, NCCL on CUDA, ``--device``); under ``torchrun``
 this process is one rank.
 Prints per rank the measured activation peak beside the predicted one and the
-median wall time of each op kind (R included), and what each recomputed forward kept; ``--check`` compares the loss and every gradient
-with a single-process run; ``--trace`` writes the measured ops as a Chrome trace.
+median wall time of each op kind (R included), and what each recomputed forward kept;
+``--check`` compares the loss and every gradient with a single-process run;
+``--trace`` writes the measured ops as a Chrome trace.
 """
 
 from __future__ import annotations
