@@ -71,15 +71,7 @@ def mixed_levers(prob, orders, recomputed, offloaded) -> Schedule:
     from ppsolve.baselines.common import with_recompute
 
     listed = add_offload(prob, with_recompute(orders, recomputed), offloaded)
-    waits = {}
-    for actions in listed:
-        last = None
-        for op in actions:
-            if op.kind is OpKind.OFFLOAD:
-                last = op
-            elif op.kind in (OpKind.F, OpKind.R) and last is not None:
-                waits[op] = [last]
-    return make(prob, listed, "mixed-levers", waits=waits)
+    return make(prob, listed, "mixed-levers", waits=forwards_wait_for_offloads(listed))
 
 
 def make(prob, orders, name: str, waits=None) -> Schedule:
