@@ -20,6 +20,13 @@ always tried as well:
   largest k that fits and the one below it.
 * with offload: the list scheduler's orders made without a cap, and 1F1B limited to
   a k above what fits, each offloading on the devices over the cap.
+* with recompute (contract version 3): 1F1B limited to each k above what fits (W right
+  after B, or deferred), every published order that applies, built without the cap,
+  and the list scheduler's orders made without a cap, each recomputing on every device
+  over its cap just enough microbatches, chosen from its memory curve
+  (:func:`ppsolve.baselines.recompute.fit_by_recompute`). They are made without offload,
+  so with both levers the warm start tries the plans of each lever alone: it is never
+  longer than the best offload-only or recompute-only plan it would make.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Callable, Iterator
 
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.baselines.recompute import fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
@@ -170,6 +178,59 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     return plans
 
 
+# 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
+RECOMPUTE_KS = 8
+
+
+def schedule_orders(schedule: Schedule) -> list[list[Op]]:
+    """Each device's ops of ``schedule`` in the order they start."""
+    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
+    for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
+        orders[op.device].append(op.op)
+    return orders
+
+
+def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
+    """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
+    built ignoring the cap, where the result breaks it and moves nothing to host."""
+    options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
+    for method in all_methods("baseline"):
+        if method.why_not(problem) is not None:
+            continue
+        try:
+            schedule = method.build(problem, options)
+        except PpsolveError:
+            continue
+        if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
+            yield method.name, schedule_orders(schedule)
+
+
+def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+    """Plans that fit the cap by recomputing, made without offload (see the module docstring)."""
+    if not problem.can_recompute or all(c is None for c in problem.capacity):
+        return
+    base = problem.replace(offload=None)
+
+    def fitted(make) -> Callable[[], list[list[Op]]]:
+        return lambda: fit_by_recompute(base, make())[0]
+
+    if problem.placement_name == "linear":
+        fit = fitting_k(base)
+        ks = list(range(problem.devices, fit, -1))
+        ks = sorted({ks[round(i * (len(ks) - 1) / max(1, RECOMPUTE_KS - 1))] for i in range(RECOMPUTE_KS)},
+                    reverse=True) if len(ks) > RECOMPUTE_KS else ks
+        for k in ks:
+            for defer in ((False, True) if problem.split_backward else (False,)):
+                yield (f"1f1b-k{k}{'-deferw' if defer else ''}+recompute",
+                       fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)))
+    free = base.replace(capacity=None)
+    for prefer in ("BFW", "FBW"):
+        yield f"greedy-{prefer}-nocap+recompute", fitted(lambda prefer=prefer: list_plan(free, prefer,
+                                                                                        problem.chunks > 1))
+    for name, orders in _published_orders(base.replace(recompute=None)):
+        yield f"{name}+recompute", fitted(lambda orders=orders: orders)
+
+
 def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
     """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
     yield "serial", lambda: serial_orders(problem)
@@ -184,6 +245,7 @@ def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[O
         for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
             if k >= 2:
                 yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
+    yield from _recompute_plans(problem)
     for name, orders in _offload_plans(problem):
         yield name, lambda orders=orders: orders
 
