@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppsolve.baselines.common import over_capacity, with_recompute
-from ppsolve.baselines.recompute import adapipe_stages, fit_by_recompute, interleaved_plain, stage_pairs
+from ppsolve.baselines.recompute import PREFER, adapipe_stages, fit_by_recompute, interleaved_plain, stage_pairs
 from ppsolve.baselines.onef1b import onef1b_orders
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
@@ -117,12 +117,13 @@ def test_without_a_recompute_block_the_methods_say_why(name):
     assert reason is not None and "recompute" in reason and "\n" not in reason
 
 
+@pytest.mark.parametrize("prefer", sorted(PREFER))
 @pytest.mark.parametrize("chunks", [1, 2])
-def test_fit_by_recompute_recomputes_only_where_the_cap_is_broken(chunks):
+def test_fit_by_recompute_recomputes_only_where_the_cap_is_broken(chunks, prefer):
     problem = _problem(chunks, capacity=9)
     orders = onef1b_orders(problem) if chunks == 1 else interleaved_plain(problem)
     over = {d for d, _, _ in over_capacity(problem, simulate(problem, orders))}
-    plan, ops = fit_by_recompute(problem, orders)
+    plan, ops = fit_by_recompute(problem, orders, prefer=prefer)
     assert not over_capacity(problem, ops)
     recomputed = {(op.stage, op.microbatch) for op in ops if op.kind is OpKind.R}
     assert recomputed and {problem.placement[s] for s, _ in recomputed} <= over

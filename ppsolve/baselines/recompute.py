@@ -110,15 +110,15 @@ build_interleaved_adapipe = _adapipe("interleaved-1f1b-adapipe", interleaved_pla
 # ----- recomputing just enough microbatches (the warm start's plans) -----
 
 def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
-                     waits=None) -> tuple[Orders, list[ScheduledOp]]:
+                     waits=None, prefer: str = "longest") -> tuple[Orders, list[ScheduledOp]]:
     """``orders`` with R(s,j) right before B(s,j) for just enough (s,j) that every device fits its cap,
     and their timing; InfeasibleError when no more choice helps.
 
-    Rounds: time the plan; on each device over its cap take its peak instant and the pairs that hold
-    a whole activation there (F started, B not yet, neither recomputed nor offloaded); recompute as
-    many as the excess needs (the excess over their largest saving, rounded up), those that cover the
-    most excess over the device's whole memory curve first; time the plan again.
-    ``waits``: the plan's explicit waits (see :func:`ppsolve.simulator.simulate`).
+    Rounds: time the plan; on each device over its cap, walk its memory curve in time and, at each
+    instant still over the cap after the pairs chosen so far, recompute pairs that hold a whole
+    activation there (F started, the op before B not yet ended; neither recomputed nor offloaded),
+    in the order ``prefer`` names (see ``PREFER``), until that instant fits; time the plan again
+    (R shifts the times). ``waits``: the plan's explicit waits (see :func:`ppsolve.simulator.simulate`).
     """
     excluded = {(op.stage, op.microbatch) for order in orders for op in order if op.kind is OpKind.OFFLOAD}
     chosen: set[tuple[int, int]] = set()
@@ -129,7 +129,7 @@ def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
         if not over:
             return plan, ops
         curves = memory_curves(problem, ops)
-        picks = [pair for d, _, cap in over for pair in _picks(problem, ops, curves[d], d, cap, chosen | excluded)]
+        picks = [pair for d, _, cap in over for pair in _picks(problem, ops, curves[d], d, cap, chosen | excluded, prefer)]
         if not picks:
             d, need, cap = max(over, key=lambda o: o[1] - o[2])
             raise InfeasibleError(f"recomputing does not fit device {d}: it needs {memory_text(need)}, "
@@ -138,28 +138,48 @@ def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
     raise InfeasibleError("recomputing did not converge")  # each round adds a pair: unreachable
 
 
+# Which held pair :func:`fit_by_recompute` recomputes first, on a tuple of :func:`_held`: "longest",
+# the one held longest after the instant (the fewest recomputes: it covers the most instants after it);
+# "hidden", the one whose R fits best in the wait before its B (its device would idle there), then longest.
+PREFER = {"longest": lambda h: (h[1], -h[0]), "hidden": lambda h: (h[4], h[1], -h[0])}
+
+
+def _held(problem: Problem, ops: Sequence[ScheduledOp], device: int, excluded: set) -> list[tuple]:
+    """(from, until, stage, microbatch, hidden) of each pair of ``device`` that recomputing would shrink:
+    from the start of its F until the end of the compute op before its B, where its R would start;
+    ``hidden``: how much of that R the device's wait before the B would hide."""
+    compute = sorted((op for op in ops if op.device == device and op.kind.is_compute), key=lambda op: op.start)
+    forward_start = {(op.stage, op.microbatch): op.start for op in compute if op.kind is OpKind.F}
+    out = []
+    for at, op in enumerate(compute):
+        pair = (op.stage, op.microbatch)
+        if op.kind is OpKind.B and pair not in excluded and problem.recompute_saving(op.stage) > 0:
+            until = compute[at - 1].end if at > 0 else op.start
+            if until > forward_start[pair]:
+                hidden = min(op.start - until, problem.duration(OpKind.R, op.stage))
+                out.append((forward_start[pair], until, op.stage, op.microbatch, hidden))
+    return out
+
+
 def _picks(problem: Problem, ops: Sequence[ScheduledOp], curve: list[tuple[float, float]], device: int,
-           cap: float, excluded: set) -> list[tuple[int, int]]:
+           cap: float, excluded: set, prefer: str) -> list[tuple[int, int]]:
     """The pairs of ``device`` to recompute next (see :func:`fit_by_recompute`)."""
-    peak_at, peak = max(curve, key=lambda point: point[1])  # the first instant of the peak
-    starts: dict[tuple[OpKind, int, int], float] = {
-        (op.kind, op.stage, op.microbatch): op.start for op in ops
-        if op.device == device and op.kind in (OpKind.F, OpKind.B)}
-    held = []
-    for (kind, s, j), start in starts.items():
-        if kind is OpKind.F and (s, j) not in excluded and problem.recompute_saving(s) > 0:
-            end = starts[(OpKind.B, s, j)]
-            if start <= peak_at < end:
-                held.append((s, j, start, end))
-    if not held:
-        return []
-    over_points = [(t, level - cap) for t, level in curve if level > cap + _TOL]
-
-    def covered(item) -> float:  # the excess this pair's recompute would remove along the curve
-        s, _, start, end = item
-        saving = problem.recompute_saving(s)
-        return sum(min(excess, saving) for t, excess in over_points if start <= t < end)
-
-    need = math.ceil((peak - cap) / max(problem.recompute_saving(s) for s, *_ in held) - _TOL)
-    held.sort(key=lambda item: (-covered(item), item[2], item[0]))
-    return [(s, j) for s, j, *_ in held[:max(1, need)]]
+    key = PREFER[prefer]
+    held = sorted(_held(problem, ops, device, excluded))
+    picks: list[tuple] = []
+    nxt = 0
+    waiting: list[tuple] = []  # held pairs whose F started, not picked
+    for t, level in curve:
+        if level <= cap + _TOL:
+            continue
+        while nxt < len(held) and held[nxt][0] <= t:
+            waiting.append(held[nxt])
+            nxt += 1
+        waiting = [h for h in waiting if h[1] > t]
+        excess = level - cap - sum(problem.recompute_saving(s) for a, b, s, *_ in picks if a <= t < b)
+        while excess > _TOL and waiting:
+            longest = max(waiting, key=key)
+            waiting.remove(longest)
+            picks.append(longest)
+            excess -= problem.recompute_saving(longest[2])
+    return [(s, j) for _, _, s, j, _ in picks]

@@ -20,13 +20,16 @@ always tried as well:
   largest k that fits and the one below it.
 * with offload: the list scheduler's orders made without a cap, and 1F1B limited to
   a k above what fits, each offloading on the devices over the cap.
-* with recompute (contract version 3): 1F1B limited to each k above what fits (W right
-  after B, or deferred), every published order that applies, built without the cap,
-  and the list scheduler's orders made without a cap, each recomputing on every device
-  over its cap just enough microbatches, chosen from its memory curve
-  (:func:`ppsolve.baselines.recompute.fit_by_recompute`). They are made without offload,
-  so with both levers the warm start tries the plans of each lever alone: it is never
-  longer than the best offload-only or recompute-only plan it would make.
+* with recompute (contract version 3): 1F1B (W right after B, or deferred), every
+  published order that applies, built without the cap, 1F1B limited to k in flight for
+  k above what fits (at most ``RECOMPUTE_KS`` of them), and the list scheduler's orders
+  made without a cap, each recomputing on every device over its cap just enough
+  microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
+  recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
+  They are made without offload, and no other plan or baseline depends on the recompute
+  block, so with both levers the warm start tries every candidate of each lever alone:
+  when its share of the time lets it try them all, it is at most the better of the warm
+  starts with offload only and with recompute only.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ import time
 from dataclasses import fields
 from typing import Callable, Iterator
 
+from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines
-from ppsolve.baselines.recompute import fit_by_recompute
+from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
@@ -182,12 +186,25 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
 RECOMPUTE_KS = 8
 
 
+def spread(values, count: int) -> list:
+    """At most ``count`` of ``values``, evenly spaced, the first and the last included, in their order."""
+    values = list(values)
+    if len(values) <= count:
+        return values
+    return [values[i] for i in sorted({round(i * (len(values) - 1) / (count - 1)) for i in range(count)})]
+
+
 def schedule_orders(schedule: Schedule) -> list[list[Op]]:
     """Each device's ops of ``schedule`` in the order they start."""
     orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
     for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
         orders[op.device].append(op.op)
     return orders
+
+
+def w_right_after_b(problem: Problem, orders: list[list[Op]]) -> list[list[Op]]:
+    """``orders`` with each W moved right after its B (split backward)."""
+    return [with_w_after_b(problem, [op for op in order if op.kind is not OpKind.W]) for order in orders]
 
 
 def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
@@ -211,24 +228,30 @@ def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[
         return
     base = problem.replace(offload=None)
 
-    def fitted(make) -> Callable[[], list[list[Op]]]:
-        return lambda: fit_by_recompute(base, make())[0]
+    def fitted(make) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+        for prefer in PREFER:
+            yield f"-{prefer}", lambda prefer=prefer: fit_by_recompute(base, make(), prefer=prefer)[0]
 
-    if problem.placement_name == "linear":
-        fit = fitting_k(base)
-        ks = list(range(problem.devices, fit, -1))
-        ks = sorted({ks[round(i * (len(ks) - 1) / max(1, RECOMPUTE_KS - 1))] for i in range(RECOMPUTE_KS)},
-                    reverse=True) if len(ks) > RECOMPUTE_KS else ks
-        for k in ks:
+    ks = spread(range(problem.devices, fitting_k(base), -1), RECOMPUTE_KS) if problem.placement_name == "linear" else []
+
+    def onef1b(some_ks):
+        for k in some_ks:
             for defer in ((False, True) if problem.split_backward else (False,)):
-                yield (f"1f1b-k{k}{'-deferw' if defer else ''}+recompute",
-                       fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)))
-    free = base.replace(capacity=None)
-    for prefer in ("BFW", "FBW"):
-        yield f"greedy-{prefer}-nocap+recompute", fitted(lambda prefer=prefer: list_plan(free, prefer,
-                                                                                        problem.chunks > 1))
+                for how, make in fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)):
+                    yield f"1f1b-k{k}{'-deferw' if defer else ''}+recompute{how}", make
+
+    yield from onef1b(ks[:1])
     for name, orders in _published_orders(base.replace(recompute=None)):
-        yield f"{name}+recompute", fitted(lambda orders=orders: orders)
+        for how, make in fitted(lambda orders=orders: orders):
+            yield f"{name}+recompute{how}", make
+        if problem.split_backward:  # what a W waits to run cannot be recomputed away: W right after B
+            for how, make in fitted(lambda orders=orders: w_right_after_b(base, orders)):
+                yield f"{name}-w-after-b+recompute{how}", make
+    yield from onef1b(ks[1:])
+    free = base.replace(capacity=None)
+    for kinds in ("BFW", "FBW"):
+        for how, make in fitted(lambda kinds=kinds: list_plan(free, kinds, problem.chunks > 1)):
+            yield f"greedy-{kinds}-nocap+recompute{how}", make
 
 
 def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
@@ -262,9 +285,11 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
     made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
     A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
-    (a check costs more than a simulation). Schedules are appended to ``out`` as they are found."""
+    (a check costs more than a simulation), nor is one whose orders a plan before it had.
+    Schedules are appended to ``out`` as they are found."""
     out = [] if out is None else out
     kept = len(out)
+    seen: set[tuple] = set()
 
     def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
         return len(out) > kept or not at_least_one
@@ -276,6 +301,10 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
             orders = make()
         except PpsolveError:
             continue
+        key = tuple(map(tuple, orders))
+        if key in seen:
+            continue
+        seen.add(key)
         waits = forwards_wait_for_offloads(orders)
         for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
             try:
