@@ -10,9 +10,9 @@
   device's memory needs. AdaPipe chooses per layer within a stage and re-partitions the
   layers; the problem fixes the partition and recomputes whole stage activations, so here
   a stage is recomputed wholly or not at all. The rule: while a device exceeds its cap,
-  recompute every microbatch of one more stage of such a device, the one with the least
-  recompute time per memory saved (``recompute.time[s] / recompute_saving(s)``; ties: the
-  larger saving, then the lower stage), and time the plan again. On the linear placement
+  recompute every microbatch of one more of its stages, the one with the least recompute
+  time per memory saved (``recompute.time[s] / recompute_saving(s)``; ties: the larger
+  saving, then the lower stage), and time the plan again. On the linear placement
   that recomputes exactly the stages of the devices over the cap, the fewest that fit.
   When every stage of a device over its cap is recomputed and it still does not fit, the
   method refuses with what that device needs.
@@ -75,16 +75,19 @@ def recompute_ratio(problem: Problem, stage: int) -> float:
 
 def adapipe_stages(problem: Problem, orders: Orders) -> tuple[list[int], list[ScheduledOp]]:
     """The stages the AdaPipe-like rule recomputes in ``orders`` (see the module docstring), in the order
-    it chose them, and the timing of the plan; the plan may still exceed a cap when no stage is left."""
+    it chose them (each round, one more stage of every device over its cap), and the timing of the
+    plan; the plan may still exceed a cap when no stage is left."""
     chosen: list[int] = []
     while True:
         ops = simulate(problem, with_recompute(orders, stage_pairs(problem, chosen)))
-        over = {d for d, _, _ in over_capacity(problem, ops)}
-        left = [s for s in range(problem.num_stages)
-                if problem.placement[s] in over and s not in chosen and problem.recompute_saving(s) > 0]
-        if not left:
+        more = []
+        for device, _, _ in over_capacity(problem, ops):
+            left = [s for s in problem.stages_of_device[device] if s not in chosen and problem.recompute_saving(s) > 0]
+            if left:
+                more.append(min(left, key=lambda s: (recompute_ratio(problem, s), -problem.recompute_saving(s), s)))
+        if not more:
             return chosen, ops
-        chosen.append(min(left, key=lambda s: (recompute_ratio(problem, s), -problem.recompute_saving(s), s)))
+        chosen += sorted(more)
 
 
 def _adapipe(name: str, plain) -> callable:
