@@ -10,10 +10,11 @@ from ppsolve import methods
 from ppsolve.checker import check
 from ppsolve.errors import NotApplicableError, PpsolveError
 from ppsolve.methods import Method
-from ppsolve.schedule import make_schedule
+from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
-from ppsolve.solvers.warm_start import best_warm_start, list_plan, serial_orders
+from ppsolve.ops import OpKind
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, list_plan, serial_orders
 from tests.helpers import make_problem
 
 
@@ -125,3 +126,19 @@ def test_recompute_fits_the_cap_where_1f1b_does_not_without_slowing_it():
     assert check(warm).ok and 0 < warm.recomputed < 3 * problem.microbatches
     assert warm.makespan <= plain.makespan + 1e-9
     assert warm.makespan < best_warm_start(problem.replace(recompute=None)).makespan
+
+
+def test_fifo_relabel_renames_whole_microbatches_when_they_recompute():
+    # a recompute belongs to one (stage, microbatch): renaming must move it with its F and B
+    problem = _realistic_like(4, 8, 1, "split", 2 * 4.5 + 1, 1).replace(offload=None)
+    found = best_warm_start(problem)
+    assert found.recomputed > 0
+    m = problem.microbatches  # the same schedule with microbatches named backwards
+    warm = Schedule(problem, found.method, tuple(o._replace(microbatch=m - 1 - o.microbatch) for o in found.ops))
+    assert check(warm).ok
+    relabelled = fifo_relabel(warm)
+    assert check(relabelled).ok
+    assert sorted((o.kind.value, o.stage, o.start, o.end) for o in relabelled.ops) == \
+        sorted((o.kind.value, o.stage, o.start, o.end) for o in warm.ops)
+    firsts = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
+    assert [j for _, j in firsts] == list(range(problem.microbatches))

@@ -406,13 +406,14 @@ def shortest(candidates: list[Schedule]) -> Schedule | None:
 def fifo_relabel(schedule: Schedule) -> Schedule:
     """The same schedule with microbatches renamed to satisfy the model's symmetry breaking.
 
-    Without transfers each (stage, kind)'s slots go to microbatches in start order (the
-    argument in ``constraints.symmetry`` shows this stays valid); with transfers whole
-    microbatches are renamed by the start of their F on stage 0. The result is checked;
-    if it did not pass, the original is returned.
+    Without transfers or recomputes each (stage, kind)'s slots go to microbatches in start
+    order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
+    offload or a recompute belongs to one (stage, microbatch)) whole microbatches are renamed
+    by the start of their F on stage 0. The result is checked; if it did not pass, the
+    original is returned.
     """
     ops = list(schedule.ops)
-    if any(op.kind.is_transfer for op in ops):
+    if any(op.kind.is_transfer or op.kind is OpKind.R for op in ops):
         firsts = sorted((op.start, op.microbatch) for op in ops if op.kind is OpKind.F and op.stage == 0)
         rename = {j: rank for rank, (_, j) in enumerate(firsts)}
         new = [op._replace(microbatch=rename[op.microbatch]) for op in ops]
