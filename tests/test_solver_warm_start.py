@@ -84,13 +84,13 @@ def test_a_counted_warm_start_tries_only_methods_that_apply():
     assert not counted.method.name.startswith("warm:serial")
 
 
-def _realistic_like(devices, microbatches, chunks, backward, capacity, bandwidth):
+def _realistic_like(devices, microbatches, chunks, backward, capacity, bandwidth, placement="interleaved"):
     # the shape of the Llama-8B-like case scaled to F = 1: a heavier last stage whose logits are not
     # recomputed (keep 4.2 of 7.4), 0.25 kept of 4.5 elsewhere, an offload link of 0.8 to 20 per unit time
     S = devices * chunks
     heavy = [1.0] * (S - 1) + [1.2]
     return make_problem(devices=devices, microbatches=microbatches, chunks=chunks,
-                        placement="linear" if chunks == 1 else "interleaved", backward=backward,
+                        placement="linear" if chunks == 1 else placement, backward=backward,
                         time_forward=heavy, time_backward_input=[1.25 * h for h in heavy],
                         time_backward_weight=[0.75 * h for h in heavy], time_p2p=0.004,
                         memory_activation=[4.5] * (S - 1) + [7.4], memory_weight_hold=[4.2] * (S - 1) + [3.2],
@@ -106,7 +106,7 @@ def test_with_both_levers_the_warm_start_is_never_worse_than_either_alone(seed):
     devices, chunks = rng.choice([2, 3, 4]), rng.choice([1, 1, 2])
     capacity = round(rng.uniform(8, 0.8 * devices * chunks * 4.5 + 4), 2)
     problem = _realistic_like(devices, rng.choice([4, 6, 8]), chunks, rng.choice(["split", "fused"]), capacity,
-                              rng.choice([0.8, 4, 20]))
+                              rng.choice([0.8, 4, 20]), rng.choice(["interleaved", "vshape"]))
     both = best_warm_start(problem)
     offload_only = best_warm_start(problem.replace(recompute=None))
     recompute_only = best_warm_start(problem.replace(offload=None))
