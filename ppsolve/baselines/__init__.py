@@ -56,7 +56,8 @@ _method("1f1b-offload", offload.build_1f1b_offload, offload.LINEAR_OFFLOAD,
 _method("1f1b-recompute", recompute.build_1f1b_recompute, recompute.LINEAR_RECOMPUTE,
         "1F1B with Megatron's full recompute: every forward keeps only its checkpoint, R right before B")
 _method("interleaved-1f1b-recompute", recompute.build_interleaved_recompute, recompute.INTERLEAVED_RECOMPUTE,
-        "interleaved 1F1B with Megatron's full recompute: every forward keeps only its checkpoint, R right before B")
+        "interleaved 1F1B with Megatron's full recompute: every forward keeps only its checkpoint, "
+        "R right before B")
 _method("1f1b-adapipe", recompute.build_1f1b_adapipe, recompute.LINEAR_RECOMPUTE,
         "1F1B recomputing whole stages as AdaPipe does, per device over the cap, least recompute time per "
         "memory saved first")

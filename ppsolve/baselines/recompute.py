@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from ppsolve.baselines.common import (Orders, Requirement, finish, memory_text, over_capacity, with_recompute,
                                       with_w_after_b)
@@ -132,7 +132,8 @@ def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
         if not over:
             return plan, ops
         curves = memory_curves(problem, ops)
-        picks = [pair for d, _, cap in over for pair in _picks(problem, ops, curves[d], d, cap, chosen | excluded, prefer)]
+        picks = [pair for d, _, cap in over
+                 for pair in _picks(problem, ops, curves[d], d, cap, chosen | excluded, prefer)]
         if not picks:
             d, need, cap = max(over, key=lambda o: o[1] - o[2])
             raise InfeasibleError(f"recomputing does not fit device {d}: it needs {memory_text(need)}, "
@@ -141,16 +142,24 @@ def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
     raise InfeasibleError("recomputing did not converge")  # each round adds a pair: unreachable
 
 
-# Which held pair :func:`fit_by_recompute` recomputes first, on a tuple of :func:`_held`: "longest",
-# the one held longest after the instant (the fewest recomputes: it covers the most instants after it);
-# "hidden", the one whose R fits best in the wait before its B (its device would idle there), then longest.
-PREFER = {"longest": lambda h: (h[1], -h[0]), "hidden": lambda h: (h[4], h[1], -h[0])}
+class Held(NamedTuple):
+    """A pair of a device that recomputing would shrink, in one timing of the plan."""
+
+    start: float  # its F starts: from here it holds a whole activation
+    until: float  # the compute op before its B ends: its R would start here
+    stage: int
+    microbatch: int
+    hidden: float  # how much of its R the device's wait before the B would hide
 
 
-def _held(problem: Problem, ops: Sequence[ScheduledOp], device: int, excluded: set) -> list[tuple]:
-    """(from, until, stage, microbatch, hidden) of each pair of ``device`` that recomputing would shrink:
-    from the start of its F until the end of the compute op before its B, where its R would start;
-    ``hidden``: how much of that R the device's wait before the B would hide."""
+# Which held pair :func:`fit_by_recompute` recomputes first: "longest", the one held longest after
+# the instant (the fewest recomputes: it covers the most instants after it); "hidden", the one whose
+# R fits best in the wait before its B (where its device would idle), then the longest.
+PREFER = {"longest": lambda h: (h.until, -h.start), "hidden": lambda h: (h.hidden, h.until, -h.start)}
+
+
+def _held(problem: Problem, ops: Sequence[ScheduledOp], device: int, excluded: set) -> list[Held]:
+    """The pairs of ``device`` that recomputing would shrink (saving > 0, not in ``excluded``)."""
     compute = sorted((op for op in ops if op.device == device and op.kind.is_compute), key=lambda op: op.start)
     forward_start = {(op.stage, op.microbatch): op.start for op in compute if op.kind is OpKind.F}
     out = []
@@ -160,7 +169,7 @@ def _held(problem: Problem, ops: Sequence[ScheduledOp], device: int, excluded: s
             until = compute[at - 1].end if at > 0 else op.start
             if until > forward_start[pair]:
                 hidden = min(op.start - until, problem.duration(OpKind.R, op.stage))
-                out.append((forward_start[pair], until, op.stage, op.microbatch, hidden))
+                out.append(Held(forward_start[pair], until, op.stage, op.microbatch, hidden))
     return out
 
 
@@ -169,20 +178,20 @@ def _picks(problem: Problem, ops: Sequence[ScheduledOp], curve: list[tuple[float
     """The pairs of ``device`` to recompute next (see :func:`fit_by_recompute`)."""
     key = PREFER[prefer]
     held = sorted(_held(problem, ops, device, excluded))
-    picks: list[tuple] = []
+    picks: list[Held] = []
     nxt = 0
-    waiting: list[tuple] = []  # held pairs whose F started, not picked
+    waiting: list[Held] = []  # held at the instant, not picked
     for t, level in curve:
         if level <= cap + _TOL:
             continue
-        while nxt < len(held) and held[nxt][0] <= t:
+        while nxt < len(held) and held[nxt].start <= t:
             waiting.append(held[nxt])
             nxt += 1
-        waiting = [h for h in waiting if h[1] > t]
-        excess = level - cap - sum(problem.recompute_saving(s) for a, b, s, *_ in picks if a <= t < b)
+        waiting = [h for h in waiting if h.until > t]
+        excess = level - cap - sum(problem.recompute_saving(h.stage) for h in picks if h.start <= t < h.until)
         while excess > _TOL and waiting:
-            longest = max(waiting, key=key)
-            waiting.remove(longest)
-            picks.append(longest)
-            excess -= problem.recompute_saving(longest[2])
-    return [(s, j) for _, _, s, j, _ in picks]
+            first = max(waiting, key=key)
+            waiting.remove(first)
+            picks.append(first)
+            excess -= problem.recompute_saving(first.stage)
+    return [(h.stage, h.microbatch) for h in picks]
