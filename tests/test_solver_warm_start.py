@@ -8,13 +8,13 @@ import pytest
 
 from ppsolve import methods
 from ppsolve.checker import check
-from ppsolve.errors import NotApplicableError, PpsolveError
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.methods import Method
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.ops import OpKind
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, list_plan, serial_orders
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
 from tests.helpers import make_problem
 
 
@@ -142,3 +142,16 @@ def test_fifo_relabel_renames_whole_microbatches_when_they_recompute():
         sorted((o.kind.value, o.stage, o.start, o.end) for o in warm.ops)
     firsts = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
     assert [j for _, j in firsts] == list(range(problem.microbatches))
+
+
+def test_a_single_lever_answer_starts_a_solve_with_both_levers():
+    # what an offload-only or recompute-only run found is valid with both levers: it may start that solve
+    problem = _realistic_like(3, 6, 1, "split", 2 * 4.5 + 1, 1)
+    for single in (problem.replace(offload=None), problem.replace(recompute=None)):
+        found = best_warm_start(single)
+        assert given_warm_start(problem, found).makespan == found.makespan
+    # a lever the schedule uses must be the problem's
+    recomputing = best_warm_start(problem.replace(offload=None))
+    assert recomputing.recomputed > 0
+    with pytest.raises(InputError, match="warm-start.*another problem: recompute"):
+        given_warm_start(problem.replace(recompute=None), recomputing)

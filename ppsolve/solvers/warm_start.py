@@ -371,11 +371,15 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
 
 def given_warm_start(problem: Problem, schedule: Schedule) -> Schedule:
     """``schedule`` (a file the user gave) as the warm start of ``problem``: the same pipeline (any
-    name and memory cap) and, with the problem's cap, every rule kept; else InputError naming the
-    first difference or broken rule (field ``warm-start``)."""
+    name and memory cap; an offload link or a recompute block the schedule does not use may differ:
+    an offload-only or recompute-only answer starts a solve with both levers) and, with the
+    problem's cap, every rule kept; else InputError naming the first difference or broken rule
+    (field ``warm-start``)."""
     theirs = schedule.problem
+    unused = {"offload": not any(op.kind.is_transfer for op in schedule.ops),
+              "recompute": not any(op.kind is OpKind.R for op in schedule.ops)}
     for f in fields(Problem):
-        if not f.compare or f.name in ("name", "capacity"):
+        if not f.compare or f.name in ("name", "capacity") or unused.get(f.name, False):
             continue
         ours, other = getattr(problem, f.name), getattr(theirs, f.name)
         if ours != other:
