@@ -67,9 +67,11 @@ def test_full_recompute_keeps_the_plain_order():
 
 
 def _two_chunk_problem(cheap_stage: int):
-    # d = 2, v = 2, m = 3: device 0 holds stages 0 and 2 and peaks at 6 activations of 4 (24); recomputing
-    # stage 0 alone leaves 15, stage 2 alone 18. Both save 3 per activation; the one named recomputes in
-    # 1 against 3 for the other, so it has the least recompute time per memory saved.
+    # d = 2, v = 2, m = 3: device 0 holds stages 0 and 2; Megatron's warm-up runs all 6 forwards before
+    # its first backward: 6 activations of 4 (24). Recomputing stage 0 alone keeps 1 of each of its 3:
+    # 3 + 12 = 15 (its R come after stage 2's backwards). Stage 2 alone: 12 + 3 = 15 after the forwards,
+    # but R(2, 0) comes first and rebuilds 3 while stage 0's 12 are held: 18. Both save 3 per activation;
+    # the one named recomputes in 1 against 3 for the other: the least recompute time per memory saved.
     times = [3, 1, 3, 1]
     times[cheap_stage], times[2 - cheap_stage] = 1, 3
     return make_problem(devices=2, microbatches=3, chunks=2, placement="interleaved",
