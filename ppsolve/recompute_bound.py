@@ -128,15 +128,15 @@ def _recompute_saving(stages: list[_Stage], m: int, budget: float) -> float:
     return saved
 
 
-def _least_recompute(stages: list[_Stage], m: int, need: float) -> float:
-    """The least recompute time that saves ``need`` area (inf when all of it cannot)."""
+def _least_recompute(stages: list[_Stage], m: int, need: float, slack: float) -> float:
+    """The least recompute time that saves ``need`` area, less ``slack`` (inf when it cannot)."""
     time, left = 0.0, need
     for st in sorted((st for st in stages if st.delta > 0), key=lambda st: st.r / st.delta):
         if left <= 0:
             break
         n = min(m, left / st.delta)
         time, left = time + n * st.r, left - n * st.delta
-    return time if left <= 1e-9 * max(1.0, need) else float("inf")
+    return time if left <= slack else float("inf")
 
 
 def _link_rate(problem: Problem) -> float:
@@ -163,13 +163,15 @@ def forced_recompute(problem: Problem, device: int, f_head, b_head, device_bound
         """Area still over the cap at makespan t after the most offload can save."""
         return total - cap * (t - head) - _offload_saving(stages, m, tau, rate * (t - head))
 
+    slack = 1e-9 * max(1.0, total)  # rounding: a figure that passes within it passes
+
     def fails(t: float) -> bool:
-        return short(t) > _recompute_saving(stages, m, t - device_bound) + 1e-9 * max(1.0, total)
+        return short(t) > _recompute_saving(stages, m, t - device_bound) + slack
 
     lo, hi = device_bound, max(device_bound, head + total / cap)
     if not fails(lo):
-        return ForcedRecompute(lo, max(0.0, _least_recompute(stages, m, short(lo))))
+        return ForcedRecompute(lo, max(0.0, _least_recompute(stages, m, short(lo), slack)))
     for _ in range(_ITERATIONS):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if fails(mid) else (lo, mid)
-    return ForcedRecompute(lo, _least_recompute(stages, m, short(hi)))  # hi passes: a finite time
+    return ForcedRecompute(lo, _least_recompute(stages, m, short(hi), slack))  # hi passes: a finite time
