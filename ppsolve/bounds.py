@@ -238,7 +238,8 @@ class _DeviceData:
     first: tuple[float, ...]  # the least F allocates at its start (forward_allocates)
 
 
-def _device_data(problem: Problem, stages: tuple[int, ...]) -> _DeviceData:
+def _device_data(problem: Problem, stages: tuple[int, ...], recompute: bool = True) -> _DeviceData:
+    """The figures of ``stages``; ``recompute`` False: as if no forward were recomputed."""
     split = problem.split_backward
     return _DeviceData(
         tuple(problem.duration(OpKind.F, s) for s in stages),
@@ -246,8 +247,8 @@ def _device_data(problem: Problem, stages: tuple[int, ...]) -> _DeviceData:
         tuple(problem.duration(OpKind.W, s) if split else 0.0 for s in stages),
         tuple(problem.weight_hold[s] if split else 0.0 for s in stages),
         tuple(problem.max_offload(s) for s in stages),
-        tuple(least_held(problem, s) for s in stages),
-        tuple(forward_allocates(problem, s) for s in stages))
+        tuple(least_held(problem, s, recompute=recompute) for s in stages),
+        tuple(forward_allocates(problem, s) if recompute else problem.activation[s] for s in stages))
 
 
 def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
@@ -277,6 +278,14 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     and the R time inside the two spans is at most all R, so T >= W_FBW + (t_B - c1') + (tail - c2')
     with c1', c2' their F, B and W time alone: the bound below, with the lesser weights. The host-link
     part counts only the checkpoint as held (the rest may come back by R rather than by the link).
+    And where no R is shorter than its F (R defaults to F), the idle before t_B as if nothing were
+    recomputed counts alone too. Split the forwards before t_B into Q, recomputed with R at or after
+    t_B, and K, the others (not recomputed, or with R before t_B). T >= W_FBW + (all R) + t_B
+    - (F of K and Q) - (R before t_B) >= W_FBW + t_B - (F of K) + (R of Q - F of Q), the last term
+    >= 0. Take for an item of K its F's start (not recomputed) or its R's start: from then on it
+    holds its activation less what went to host, and these events are at least a forward apart
+    (R >= F), each share leaving only after its op ends: the knapsack and ``least_starts`` above
+    hold for K as they do without recompute (Q's checkpoints only add memory).
     """
     stages = problem.stages_of_device[device]
     if not stages:
@@ -289,19 +298,29 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     load = problem.device_load(device)
     if cap is None:
         return load + max(head, first_b - all_f, f_tail - all_bw)
-    kept = list(x.kept)
-    # Forwards before t_B: the last one holds at least what its F allocated (none of it on host yet).
-    budget = cap - min(a - k for a, k in zip(x.first, kept))
-    front = min(all_f, most_work([Group(m, ((k, f),)) for k, f in zip(kept, x.F)], budget))
-    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
-                                  for k, bw, h, w in zip(kept, x.BW, x.hold, x.W)], cap))
     link = problem.offload if problem.can_offload else None
     heads = [chains.f_head[s] for s in stages]
-    timed = _forwards_before_first_b(x, heads, m, kept, budget, first_b)
-    before = max(head, timed, _before_first_b(x, m, cap, head, first_b, link.d2h if link else 0.0))
+    d2h = link.d2h if link else 0.0
+    front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
+    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
+                                  for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[s] for s in stages)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    return load + (before + after if front < all_f - 1e-9 else max(before, after))
+    bound = load + (before + after if front < all_f - 1e-9 else max(before, after))
+    if problem.recompute is not None and all(problem.duration(OpKind.R, s) >= f for s, f in zip(stages, x.F)):
+        whole = _device_data(problem, stages, recompute=False)
+        bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+    return bound
+
+
+def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,
+                 d2h: float) -> tuple[float, float]:
+    """(the most forward work the cap lets run before t_B, the least idle before t_B)."""
+    # Forwards before t_B: the last one holds at least what its F allocated (none of it on host yet).
+    budget = cap - min(a - k for a, k in zip(x.first, x.kept))
+    front = min(m * sum(x.F), most_work([Group(m, ((k, f),)) for k, f in zip(x.kept, x.F)], budget))
+    timed = _forwards_before_first_b(x, heads, m, list(x.kept), budget, first_b)
+    return front, max(head, timed, _before_first_b(x, m, cap, head, first_b, d2h))
 
 
 def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: list[float], budget: float,
