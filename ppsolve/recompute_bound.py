@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
-_ITERATIONS = 60
+_ITERATIONS = 50
+_GOLDEN = 30
+_PHI = (5 ** 0.5 - 1) / 2
 
 
 @dataclass(frozen=True)
@@ -95,48 +97,39 @@ def _stages(problem: Problem, device: int, f_head, b_head, tau: float) -> list[_
     return out
 
 
-def _offload_saving(stages: list[_Stage], m: int, tau: float, amount: float) -> float:
-    """The most area a total offloaded ``amount`` can save: per item x <= x_best saves
-    rho x - tau x^2, so the amounts go where the marginal rho - 2 tau x is largest (water-filling
-    on the marginal lam, found by bisection; taking lam a little low only overstates the saving)."""
-    if tau <= 0 or amount <= 0:
+def _offload_value(st: _Stage, tau: float, nu: float) -> float:
+    """The most rho y - tau y^2 - nu y over 0 <= y <= x_best: one item's offload at link price ``nu``."""
+    if tau <= 0 or st.x_best <= 0 or st.rho <= nu:
         return 0.0
-
-    def moved(lam: float) -> list[float]:
-        return [min(st.x_best, max(0.0, (st.rho - lam) / (2 * tau))) for st in stages]
-
-    if m * sum(moved(0.0)) <= amount:
-        xs = moved(0.0)
-    else:
-        lo, hi = 0.0, max(st.rho for st in stages)
-        for _ in range(_ITERATIONS):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if m * sum(moved(mid)) > amount else (lo, mid)
-        xs = moved(lo)  # moves at least ``amount``: a saving at or above the true most
-    return m * sum(st.rho * x - tau * x * x for st, x in zip(stages, xs))
+    y = min(st.x_best, (st.rho - nu) / (2 * tau))
+    return (st.rho - nu) * y - tau * y * y
 
 
-def _recompute_saving(stages: list[_Stage], m: int, budget: float) -> float:
-    """The most area recompute time ``budget`` can save (fractional, the cheapest R per saving first)."""
-    saved, left = 0.0, max(0.0, budget)
-    for st in sorted((st for st in stages if st.delta > 0), key=lambda st: st.r / st.delta):
-        if st.r <= 0:
-            saved += m * st.delta
-            continue
-        n = min(m, left / st.r)
-        saved, left = saved + n * st.delta, left - n * st.r
-    return saved
+def _most_saving(stages: list[_Stage], m: int, tau: float, time: float, amount: float) -> float:
+    """An upper bound on the area that recompute time ``time`` and a total offloaded ``amount`` can
+    save, each item using one lever at most (rule 10): by weak duality, for any prices mu, nu >= 0,
+    the saving is at most mu time + nu amount + m sum_s max(0, delta - mu R, offload value at nu).
+    For a given nu the least over mu is at 0 or where an item's best option changes; nu is searched
+    by golden section over [0, max rho] (any nu tried is a valid bound; the least one is kept)."""
+    time, amount = max(0.0, time), max(0.0, amount)
 
+    def at(nu: float) -> float:
+        offs = [_offload_value(st, tau, nu) for st in stages]
+        mus = {0.0} | {(st.delta - o) / st.r for st, o in zip(stages, offs) if st.r > 0 and st.delta > o}
+        return nu * amount + min(mu * time + m * sum(max(0.0, st.delta - mu * st.r, o) for st, o in zip(stages, offs))
+                                 for mu in mus)
 
-def _least_recompute(stages: list[_Stage], m: int, need: float, slack: float) -> float:
-    """The least recompute time that saves ``need`` area, less ``slack`` (inf when it cannot)."""
-    time, left = 0.0, need
-    for st in sorted((st for st in stages if st.delta > 0), key=lambda st: st.r / st.delta):
-        if left <= 0:
-            break
-        n = min(m, left / st.delta)
-        time, left = time + n * st.r, left - n * st.delta
-    return time if left <= slack else float("inf")
+    top = max(st.rho for st in stages)
+    if tau <= 0 or amount <= 0 or top <= 0:
+        return at(top)  # no offload saves area: every offload value is 0 at nu = max rho
+    a, b = 0.0, top
+    best = min(at(a), at(b))
+    for _ in range(_GOLDEN):
+        c, d = b - _PHI * (b - a), a + _PHI * (b - a)
+        fc, fd = at(c), at(d)
+        best = min(best, fc, fd)
+        a, b = (a, d) if fc <= fd else (c, b)
+    return best
 
 
 def _link_rate(problem: Problem) -> float:
@@ -160,18 +153,28 @@ def forced_recompute(problem: Problem, device: int, f_head, b_head, device_bound
     total = m * sum(st.area for st in stages)
 
     def short(t: float) -> float:
-        """Area still over the cap at makespan t after the most offload can save."""
-        return total - cap * (t - head) - _offload_saving(stages, m, tau, rate * (t - head))
+        """Area over what the cap holds over [head, t]."""
+        return total - cap * (t - head)
 
     slack = 1e-9 * max(1.0, total)  # rounding: a figure that passes within it passes
 
-    def fails(t: float) -> bool:
-        return short(t) > _recompute_saving(stages, m, t - device_bound) + slack
+    def fails(t: float, time: float | None = None) -> bool:
+        """Whether no schedule ends by ``t`` (recomputing for at most ``time``, default all it can)."""
+        time = t - device_bound if time is None else time
+        return short(t) > _most_saving(stages, m, tau, time, rate * (t - head)) + slack
 
     lo, hi = device_bound, max(device_bound, head + total / cap)
-    if not fails(lo):
-        return ForcedRecompute(lo, max(0.0, _least_recompute(stages, m, short(lo), slack)))
+    if fails(lo):
+        for _ in range(_ITERATIONS):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if fails(mid) else (lo, mid)
+    else:
+        hi = lo
+    # at hi (which passes), the most recompute time that still fails bounds what any schedule ending by hi needs
+    least, most = 0.0, hi - device_bound
+    if not fails(hi, least):
+        return ForcedRecompute(lo, 0.0)
     for _ in range(_ITERATIONS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fails(mid) else (lo, mid)
-    return ForcedRecompute(lo, _least_recompute(stages, m, short(hi), slack))  # hi passes: a finite time
+        mid = (least + most) / 2
+        least, most = (mid, most) if fails(hi, mid) else (least, mid)
+    return ForcedRecompute(lo, least)

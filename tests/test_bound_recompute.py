@@ -154,3 +154,26 @@ def test_a_cap_that_forces_recompute_raises_the_bound_and_stays_under_the_optimu
     others = (bound.device_bounds, bound.idle_bounds, bound.memory_bounds, bound.admission_bounds)
     assert bound.value == bound.recompute_bounds[0] > max(max(f) for f in others)
     assert bound.value <= best + 1e-9
+
+
+@st.composite
+def long_trip_problems(draw) -> Problem:
+    """Two devices, the first heavy and far from the second (long p2p), its cap near one activation:
+    where the memory x time of device 0 forces recompute (``ppsolve.recompute_bound``)."""
+    f0 = draw(st.integers(2, 4))
+    data = {"format": "ppsolve/problem@1", "devices": 2, "microbatches": 2, "backward": "fused",
+            "time": {"forward": [f0, 1], "backward_input": [f0, 1], "backward_weight": 0,
+                     "p2p": draw(st.integers(1, 4))},
+            "memory": {"activation": [draw(st.integers(3, 5)), 1]},
+            "recompute": {"keep": [draw(st.integers(0, 1)), 1], "time": [draw(st.integers(1, f0 + 1)), 1]}}
+    problem = problem_from_dict(data)
+    low = min_capacity(problem, recompute=True)[0]
+    return problem.replace(capacity=(draw(st.sampled_from([low, low + 0.5, low + 1, low + 2])), 100))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_trip_problems())
+def test_forced_recompute_bound_never_exceeds_the_brute_force_optimum(problem):
+    best = brute_force(problem, [device_orders(problem, d) for d in range(problem.devices)])
+    assert best is not None
+    assert makespan_lower_bound(problem).recompute_bounds[0] <= best + 1e-9
