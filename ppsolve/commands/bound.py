@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if any(bound.recompute_bounds):
         print("  per device (load + the least recompute its cap forces, memory x time with the host link): "
               + ", ".join(f"{b:g}" for b in bound.recompute_bounds))
-        print("  recompute the cap forces per device (at that makespan): "
+        print("  least recompute time per device in a schedule that short (forced by its cap): "
               + ", ".join(f"{r:.4g}" for r in bound.forced_recompute))
     if split is not None:
         print(_split_line(split))
