@@ -35,7 +35,6 @@ class MakespanBound:
     recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
     forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
 
-
     @property
     def binding(self) -> str:
         candidates = [(self.critical_path, "critical path of one microbatch")]

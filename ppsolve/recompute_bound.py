@@ -28,15 +28,16 @@ Two budgets limit the reductions at makespan T:
   (``ppsolve.bounds.device_bound`` with the R ops added: every R starts after its F and ends before
   its B), so the recompute time is at most T - D with D the device bound.
 
-Relaxing rule 10 (an item may count both reductions) and the integrality of the counts only lets
-more area go, so: if m sum(A0) - C (T - H) > Off(X(T)) + Rec(T - D), where Off(X) is the most a
-total offloaded amount X can reduce (equal amounts per stage by concavity, water-filled by the
-marginal rho - 2 tau x across stages) and Rec(theta) the most a recompute time theta can reduce
-(fractional knapsack, cheapest R per delta first, at most m per stage), no schedule ends by T.
-Both sides are monotone in T (the left falls, the right rises), so the least T that passes is
-found by bisection; every T that fails is a valid bound. A schedule that ends by T recomputes on
-the device for at least Rec^-1(m sum(A0) - C (T - H) - Off(X(T))): the least recompute time the
-cap forces, reported at the least T that passes (a longer schedule may need less).
+Each item takes one lever at most (keep, offload some amount, or recompute). The most area the
+items can save with recompute time theta and offloaded amount X is at most, for any prices
+mu, nu >= 0 (weak duality: each item's choice pays its time and link at those prices),
+mu theta + nu X + m sum_s max(0, delta_s - mu R_s, max_y (r_s(y) - nu y)) (``_most_saving``; the
+least over mu is at one of a few breakpoints, nu is searched, and any pair tried is valid). So if
+m sum(A0) - C (T - H) exceeds that at theta = T - D and X = X(T), no schedule ends by T. The
+saving bound rises with T and the left side falls, so the least T that passes is found by
+bisection; every T that fails is a valid bound. At the first T that passes, any schedule that ends
+by it recomputes on the device for more than every theta that still fails there: the least
+recompute time the cap forces on a schedule that short (a longer one may need less).
 """
 
 from __future__ import annotations
