@@ -2,10 +2,12 @@
 and every device then waits for the microbatches that enter late.
 
 Number the microbatches by the start of their F(0, .) (they are interchangeable, so this costs
-nothing) and let t_k be the k-th of those starts. When F(0, j) starts, its device allocates the
-whole activation of stage 0; each of the j microbatches that started before it still holds
-``kept = activation - max_offload`` of stage 0 (its share that cannot go to host memory) until
-its B(0, .) ends, then ``weight_hold`` until its W(0, .) ends. So if ``a`` of them are still
+nothing) and let t_k be the k-th of those starts. When F(0, j) starts, its device allocates
+``act`` = the whole activation of stage 0 (only its checkpoint keep[0] when it is recomputed:
+``ppsolve.held.forward_allocates``); each of the j microbatches that started before it still
+holds ``kept`` = ``ppsolve.held.least_held`` of stage 0 (its share that cannot go to host
+memory, or its checkpoint when recomputed; partial offloads move less) until its B(0, .) ends,
+then ``weight_hold`` until its W(0, .) ends (an R between F and B only delays that B). So if ``a`` of them are still
 active and ``h`` hold their W, ``activation + a * kept + h * hold <= cap``, and at least ``j - a``
 B(0, .) and ``j - a - h`` W(0, .) have ended. The i-th earliest B(0, .) ends no sooner than
 t_(i-1) plus the least time from the start of F(0, j) to the end of B(0, j) (one microbatch's
@@ -29,6 +31,7 @@ import math
 
 import numpy as np
 
+from ppsolve.held import forward_allocates, least_held
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
@@ -40,8 +43,7 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
     (no cap on stage 0's device, or all of its activation may go to host memory)."""
     device = problem.placement[0]
     cap = problem.capacity[device]
-    act = problem.activation[0]
-    kept = act - (problem.max_offload(0) if problem.can_offload else 0.0)
+    act, kept = forward_allocates(problem, 0), least_held(problem, 0)
     if cap is None or kept <= _EPS:
         return None
     split = problem.split_backward

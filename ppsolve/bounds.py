@@ -13,9 +13,11 @@ from typing import Callable
 from ppsolve.admission import admission_bound, admission_starts
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
+from ppsolve.held import forward_allocates, least_held
 from ppsolve.idle import Group, least_starts, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.recompute_bound import forced_recompute, recomputed_area
 from ppsolve.sequence_bound import sequence_bounds
 
 
@@ -30,6 +32,8 @@ class MakespanBound:
     idle_bounds: tuple[float, ...] = ()
     admission_bounds: tuple[float, ...] = ()
     sequence_bounds: tuple[float, ...] = ()
+    recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
+    forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
 
     @property
     def binding(self) -> str:
@@ -41,6 +45,8 @@ class MakespanBound:
                        for d, b in enumerate(self.admission_bounds)]
         candidates += [(b, f"ops of device {d} with microbatches in order (earliest starts and tails)")
                        for d, b in enumerate(self.sequence_bounds)]
+        candidates += [(b, f"load of device {d} with the recompute its cap forces")
+                       for d, b in enumerate(self.recompute_bounds)]
         top = max(c[0] for c in candidates)
         return next(name for value, name in candidates if value >= top - 1e-9 * max(1.0, top))  # ties: the simplest
 
@@ -158,8 +164,9 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
     """A makespan bound from the memory cap of ``device`` (0 when it is unbounded): the larger of
     the round trips in flight (below) and memory x time (:func:`memory_time_bound`).
 
-    Microbatch j keeps at least ``activation[s] - max_offload(s)`` of stage s on
-    the device over [start of F(s, j), end of B(s, j)), an interval of at least
+    Microbatch j keeps at least ``least_held(s)`` of stage s on the device over
+    [start of F(s, j), end of B(s, j)) (its activation less the offloadable share,
+    or its checkpoint when recomputed; an R only lengthens it), an interval of at least
     the round-trip time L_s. A cap C lets at most q = floor(C / kept) of these
     half-open intervals overlap. Intervals that overlap at most q at a time split
     into q chains of disjoint ones, so one chain holds ceil(m / q) of them:
@@ -171,7 +178,7 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
     heads, tails = chains.f_head, chains.b_tail
     m, best = problem.microbatches, 0.0
     for s in problem.stages_of_device[device]:
-        kept = problem.activation[s] - problem.max_offload(s)
+        kept = least_held(problem, s)
         if kept <= 0:
             continue
         q = max(1, math.floor(cap / kept + 1e-9))
@@ -192,7 +199,9 @@ def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
     [E(B), E(W)), at least W long. Its area is at least
     g(x) = (a - x) max(L, F + B + x tau) + x (F + B + x tau) + hold W, smallest at
     x = min(share, (L - F - B) / (2 tau)) (g is a convex parabola up to where F + B + x tau = L,
-    and grows after it).
+    and grows after it). Where (s, j) may be recomputed instead (rule 10: not both), its area is the
+    lesser of g's least and ``recomputed_area`` (the R's time is left out here; it counts in
+    ``ppsolve.recompute_bound``).
     """
     cap = problem.capacity[device]
     stages = problem.stages_of_device[device]
@@ -206,7 +215,10 @@ def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
         trip = chains.b_head[s] + problem.duration(OpKind.B, s) - chains.f_head[s]
         a, share = problem.activation[s], problem.max_offload(s)
         x = 0.0 if tau <= 0 else min(share, max(0.0, trip - fb) / (2 * tau))
-        area += a * trip - x * (trip - fb) + tau * x * x
+        kept_area = a * trip - x * (trip - fb) + tau * x * x
+        if problem.recompute is not None:
+            kept_area = min(kept_area, recomputed_area(problem, s, trip))
+        area += kept_area
         if problem.split_backward:
             area += problem.weight_hold[s] * problem.duration(OpKind.W, s)
     return min(chains.f_head[s] for s in stages) + problem.microbatches * area / cap
@@ -219,20 +231,23 @@ class _DeviceData:
     F: tuple[float, ...]
     BW: tuple[float, ...]  # B + W (fused: B)
     W: tuple[float, ...]  # 0 when fused
-    activation: tuple[float, ...]
     hold: tuple[float, ...]  # held from B's end to W's end (0 when fused)
     offload: tuple[float, ...]  # the most of one activation that may go to host
+    kept: tuple[float, ...]  # the least one activation holds from F's start to B's end (least_held)
+    first: tuple[float, ...]  # the least F allocates at its start (forward_allocates)
 
 
-def _device_data(problem: Problem, stages: tuple[int, ...]) -> _DeviceData:
+def _device_data(problem: Problem, stages: tuple[int, ...], recompute: bool = True) -> _DeviceData:
+    """The figures of ``stages``; ``recompute`` False: as if no forward were recomputed."""
     split = problem.split_backward
     return _DeviceData(
         tuple(problem.duration(OpKind.F, s) for s in stages),
         tuple(problem.duration(OpKind.B, s) + (problem.duration(OpKind.W, s) if split else 0.0) for s in stages),
         tuple(problem.duration(OpKind.W, s) if split else 0.0 for s in stages),
-        tuple(problem.activation[s] for s in stages),
         tuple(problem.weight_hold[s] if split else 0.0 for s in stages),
-        tuple(problem.max_offload(s) for s in stages))
+        tuple(problem.max_offload(s) for s in stages),
+        tuple(least_held(problem, s, recompute=recompute) for s in stages),
+        tuple(forward_allocates(problem, s) if recompute else problem.activation[s] for s in stages))
 
 
 def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
@@ -255,6 +270,21 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
 
     When the cap cannot hold every forward at once, the first B starts before the last F ends and
     the two idle spans add up; otherwise only the larger counts.
+
+    Recompute (contract v3): a recomputed forward holds only keep[s] (``least_held``,
+    ``forward_allocates``), and an R is no F, B or W: with W_FBW the device's F, B and W time and
+    c1, c2 the compute inside [0, t_B] and [t*, T], T >= W_FBW + (all R) + (t_B - c1) + (tail - c2),
+    and the R time inside the two spans is at most all R, so T >= W_FBW + (t_B - c1') + (tail - c2')
+    with c1', c2' their F, B and W time alone: the bound below, with the lesser weights. The host-link
+    part counts only the checkpoint as held (the rest may come back by R rather than by the link).
+    And where no R is shorter than its F (R defaults to F), the idle before t_B as if nothing were
+    recomputed counts alone too. Split the forwards before t_B into Q, recomputed with R at or after
+    t_B, and K, the others (not recomputed, or with R before t_B). T >= W_FBW + (all R) + t_B
+    - (F of K and Q) - (R before t_B) >= W_FBW + t_B - (F of K) + (R of Q - F of Q), the last term
+    >= 0. Take for an item of K its F's start (not recomputed) or its R's start: from then on it
+    holds its activation less what went to host, and these events are at least a forward apart
+    (R >= F), each share leaving only after its op ends: the knapsack and ``least_starts`` above
+    hold for K as they do without recompute (Q's checkpoints only add memory).
     """
     stages = problem.stages_of_device[device]
     if not stages:
@@ -267,18 +297,29 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     load = problem.device_load(device)
     if cap is None:
         return load + max(head, first_b - all_f, f_tail - all_bw)
-    kept = [a - o for a, o in zip(x.activation, x.offload)]
-    # Forwards before t_B: the last one's own activation cannot be on host yet.
-    front = min(all_f, most_work([Group(m, ((k, f),)) for k, f in zip(kept, x.F)], cap - min(x.offload)))
-    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
-                                  for k, bw, h, w in zip(kept, x.BW, x.hold, x.W)], cap))
     link = problem.offload if problem.can_offload else None
     heads = [chains.f_head[s] for s in stages]
-    timed = _forwards_before_first_b(x, heads, m, kept, cap - min(x.offload), first_b)
-    before = max(head, timed, _before_first_b(x, m, cap, head, first_b, link.d2h if link else 0.0))
+    d2h = link.d2h if link else 0.0
+    front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
+    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
+                                  for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[s] for s in stages)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    return load + (before + after if front < all_f - 1e-9 else max(before, after))
+    bound = load + (before + after if front < all_f - 1e-9 else max(before, after))
+    if problem.recompute is not None and all(problem.duration(OpKind.R, s) >= f for s, f in zip(stages, x.F)):
+        whole = _device_data(problem, stages, recompute=False)
+        bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+    return bound
+
+
+def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,
+                 d2h: float) -> tuple[float, float]:
+    """(the most forward work the cap lets run before t_B, the least idle before t_B)."""
+    # Forwards before t_B: the last one holds at least what its F allocated (none of it on host yet).
+    budget = cap - min(a - k for a, k in zip(x.first, x.kept))
+    front = min(m * sum(x.F), most_work([Group(m, ((k, f),)) for k, f in zip(x.kept, x.F)], budget))
+    timed = _forwards_before_first_b(x, heads, m, list(x.kept), budget, first_b)
+    return front, max(head, timed, _before_first_b(x, m, cap, head, first_b, d2h))
 
 
 def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: list[float], budget: float,
@@ -306,7 +347,7 @@ def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: l
 def _before_first_b(x: _DeviceData, m: int, cap: float, head: float, first_b: float, d2h: float) -> float:
     """Least idle before t_B: with f forwards before it, t_B >= max(EB, start of the f-th + F)."""
     n, f_min, f_max = m * len(x.F), min(x.F), max(x.F)
-    starts = least_starts(head, f_min, min(x.activation), max(x.offload), cap, d2h, n)
+    starts = least_starts(head, f_min, min(x.first), max(x.offload), cap, d2h, n)
     return min([first_b] + [max(first_b, t + f_min) - f * f_max for f, t in enumerate(starts, 1)])
 
 
@@ -316,8 +357,8 @@ def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: flo
     at least that plus a B (and at least the tail after an F); the work is b B's and W's and the
     W's whose weight holds fit beside them at t*."""
     n, b_min = m * len(x.F), min(x.BW[i] - x.W[i] for i in range(len(x.F)))
-    kept, hold, w_max = min(a - o for a, o in zip(x.activation, x.offload)), min(x.hold), max(x.W)
-    ends = least_starts(b_tail, b_min, min(x.activation), max(x.offload), cap, h2d, n)
+    kept, hold, w_max = min(x.kept), min(x.hold), max(x.W)
+    ends = least_starts(b_tail, b_min, min(x.first), max(x.offload), cap, h2d, n)
     best = math.inf
     for b, t in enumerate(ends, 1):
         if b * kept > cap + 1e-9:
@@ -338,32 +379,39 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
     path = critical_path(problem, heads, tails)
     sequence = sequence_bounds(problem, *_one_microbatch(problem))
-    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), path),
-                         devices, path, memory, idle, admission, sequence)
+    forced = [forced_recompute(problem, d, chains.f_head, chains.b_head, devices[d]) for d in range(problem.devices)]
+    recompute = tuple(f.bound for f in forced)
+    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0),
+                             max(recompute), path),
+                         devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced))
 
 
-def min_capacity(problem: Problem, offload: bool = False) -> list[float]:
-    """Per device, the least capacity for which some schedule exists.
+def min_capacity(problem: Problem, offload: bool = False, recompute: bool = False) -> list[float]:
+    """Per device, the least capacity for which some schedule exists (``offload``, ``recompute``:
+    with those levers, where the problem has them).
 
-    While F(s, j) runs, every stage of the same device below s still holds
-    microbatch j's activation (its B comes after B(s, j)), less what was offloaded:
-    the need is ``activation[s]`` plus the kept share of the stages below. It is
-    reached by one microbatch in flight with W right after B, each forward waiting
-    for the offloads before it (contract v2), each reload after the B above it.
+    While F(s, j) runs, and while R(s, j) runs when it is recomputed (its activation is whole
+    again from R's start), every stage of the same device below s still holds microbatch j's
+    activation (its B comes after B(s, j)), less what was offloaded, or only its checkpoint when
+    recomputed (``least_held``): the need is ``activation[s]`` plus the least kept share of the
+    stages below. It is reached by one microbatch in flight with W right after B, each forward
+    waiting for the offloads before it (contract v2), each reload after the B above it, each R
+    right before its B.
     """
+
     need = []
     for stages in problem.stages_of_device:
-        held, worst = 0.0, 0.0
+        below, worst = 0.0, 0.0
         for s in stages:
-            worst = max(worst, held + problem.activation[s])
-            held += problem.activation[s] - (problem.max_offload(s) if offload else 0.0)
+            worst = max(worst, below + problem.activation[s])
+            below += least_held(problem, s, offload, recompute)
         need.append(worst)
     return need
 
 
 def capacity_shortfalls(problem: Problem) -> list[tuple[int, float, float]]:
     """(device, least capacity that could work, capacity) for each device whose cap is too small."""
-    need = min_capacity(problem, offload=problem.can_offload)
+    need = min_capacity(problem, offload=problem.can_offload, recompute=problem.can_recompute)
     return [(d, need[d], cap) for d, cap in enumerate(problem.capacity) if cap is not None and need[d] > cap + 1e-12]
 
 
@@ -376,6 +424,8 @@ def require_feasible_capacity(problem: Problem) -> None:
     device, need, cap = short[0]
     stages = ", ".join(str(s) for s in problem.stages_of_device[device])
     text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
-    text += f"; {min_capacity(problem, offload=False)[device]:g} without offload)" if problem.can_offload else ")"
+    levers = " or ".join(name for name, able in (("offload", problem.can_offload),
+                                                 ("recompute", problem.can_recompute)) if able)
+    text += f"; {min_capacity(problem)[device]:g} without {levers})" if levers else ")"
     others = f"; {len(short) - 1} other device(s) too (ppsolve bound lists them)" if len(short) > 1 else ""
     raise InfeasibleError(f"infeasible memory capacity: {text}, capacity is {cap:g}{others}")

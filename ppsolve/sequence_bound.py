@@ -25,6 +25,10 @@ only leaves the bound lower. Each device is then one machine whose ops have thes
 tails: the preemptive schedule by largest tail first (Jackson's) is a lower bound on
 ``max(E(o) + tail(o))`` over its ops, hence on the makespan.
 
+Not for problems that may offload or recompute (zeros): the relabelling needs every memory event
+to depend only on its stage and kind, and a recomputed forward allocates keep[s] where a kept one
+allocates its activation (and the cap rule above counts whole activations).
+
 It binds where a device holds several stages, as a V-shape's first device (the first stage and
 the last): +0.5 % to +2.8 % on 22 of the V-shape problems of ``instances/scale``.
 """
@@ -168,8 +172,8 @@ def _one_machine(heads: np.ndarray, durations: np.ndarray, tails: np.ndarray) ->
 
 
 def sequence_bounds(problem: Problem, order, duration: dict, deps: dict) -> tuple[float, ...]:
-    """Per device, the in-order one-machine bound (zeros when the problem may offload)."""
-    if problem.can_offload or problem.microbatches == 0:
+    """Per device, the in-order one-machine bound (zeros when the problem may offload or recompute)."""
+    if problem.can_offload or problem.can_recompute or problem.microbatches == 0:
         return tuple(0.0 for _ in range(problem.devices))
     passes = _Passes(problem, order, duration, deps)
     for _ in range(ROUNDS):

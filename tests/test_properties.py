@@ -175,6 +175,21 @@ def test_lower_bound_holds_under_the_schedules_own_memory_cap(problem, seed):
     assert makespan_lower_bound(capped).value <= schedule.makespan + 1e-9
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.integers(0, 10**6))
+def test_lower_bound_holds_for_random_plans_that_recompute(problem, seed):
+    # Contract v3: the same on problems with a recompute block, the plan recomputing about half of
+    # its (stage, microbatch) (and offloading some where it may): capped at its own peak, which the
+    # recomputes lower, the bound must not exceed the plan's makespan.
+    from hypothesis import assume
+    assume(problem.can_recompute)
+    ops = random_valid_plan(problem, random.Random(seed))
+    assume(any(o.kind is OpKind.R for o in ops))
+    schedule = make_schedule(problem.replace(capacity=None), ops, "random-plan")
+    capped = problem.replace(capacity=tuple(schedule.peak_memory))
+    assert makespan_lower_bound(capped).value <= schedule.makespan + 1e-9
+
+
 def _waits_for(problem: Problem, op: Op) -> list[tuple[Op, float]]:
     """Rules 1-5 and 9 for ``op`` (same microbatch), written out for the test's own planner."""
     s, j, last = op.stage, op.microbatch, problem.num_stages - 1

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     value = split.best.value if raised else bound.value
     no_off = min_capacity(problem, offload=False)
     with_off = min_capacity(problem, offload=True) if problem.can_offload else None
+    with_rec = min_capacity(problem, offload=problem.can_offload, recompute=True) if problem.can_recompute else None
     short = capacity_shortfalls(problem)
     if args.json:
         print(json.dumps({
@@ -82,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
             "device_bounds": list(bound.device_bounds), "memory_bounds": list(bound.memory_bounds),
             "idle_bounds": list(bound.idle_bounds), "admission_bounds": list(bound.admission_bounds),
             "sequence_bounds": list(bound.sequence_bounds),
+            "recompute_bounds": list(bound.recompute_bounds), "forced_recompute": list(bound.forced_recompute),
             "critical_path": bound.critical_path,
-            "min_capacity": {"no_offload": no_off, "offload": with_off},
+            "min_capacity": {"no_offload": no_off, "offload": with_off, "all_levers": with_rec},
             "capacity": list(problem.capacity), "feasible": not short,
         }, indent=1))
         return 0
@@ -103,10 +105,17 @@ def run(args: argparse.Namespace) -> int:
     if any(bound.sequence_bounds):
         print("  per device (its ops with microbatches in order, earliest starts and tails, one machine): "
               + ", ".join(f"{b:g}" for b in bound.sequence_bounds))
+    if any(bound.recompute_bounds):
+        print("  per device (load + the least recompute its cap forces, memory x time with the host link): "
+              + ", ".join(f"{b:g}" for b in bound.recompute_bounds))
+        print("  least recompute time per device in a schedule that short (forced by its cap): "
+              + ", ".join(f"{r:.4g}" for r in bound.forced_recompute))
     if split is not None:
         print(_split_line(split))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
-          + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else ""))
+          + ("; at least " + ", ".join(f"{c:g}" for c in with_off) + " with offload" if with_off else "")
+          + ("; at least " + ", ".join(f"{c:g}" for c in with_rec)
+             + (" with offload and recompute" if with_off else " with recompute") if with_rec else ""))
     caps = ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
     print(f"capacity: {caps}" + ("" if not short else "  -> INFEASIBLE on device(s) "
                                  + ", ".join(str(d) for d, _, _ in short)))

@@ -18,8 +18,9 @@ It binds where the per-device figures cannot: on a linear problem whose first de
 last device's load are both near their limit, the small problems' optima see the collisions of
 F and B on the middle devices that lengthen every round trip (docs/solver.md, "The lower bound").
 
-Valid only where the model is a relaxation of the problem: its times scaled exactly, and no
-offload (the model moves whole shares only, a restriction). A's model has the trivial horizon:
+Valid only where the model is a relaxation of the problem: its times scaled exactly, no
+offload (the model moves whole shares only, a restriction) and no recompute (the model built here
+keeps every activation whole, a restriction too). A's model has the trivial horizon:
 re-timed as the runtime would, a schedule with the least A keeps it, and its makespan is then at
 most every op and latency one after another.
 """
@@ -95,6 +96,8 @@ def why_not(problem: Problem) -> str | None:
         return "no schedule fits the memory cap"
     if problem.can_offload:
         return "the problem may offload (the model moves whole shares only, so it is no relaxation)"
+    if problem.can_recompute:
+        return "the problem may recompute (the model keeps every activation, so it is no relaxation)"
     if not build_scaling(problem).exact:
         return "its times cannot be scaled to integers exactly"
     return None
