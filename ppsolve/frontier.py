@@ -207,8 +207,8 @@ def baseline_points(problem: Problem, options: RunOptions, exclude: str) -> list
 
 
 def least_capacity(problem: Problem) -> float:
-    """The least capacity (on every device) that admits a schedule of ``problem``, with its offload."""
-    return max(min_capacity(problem, offload=problem.can_offload), default=0.0)
+    """The least capacity (on every device) that admits a schedule of ``problem``, with its levers (offload, recompute)."""
+    return max(min_capacity(problem, offload=problem.can_offload, recompute=problem.can_recompute), default=0.0)
 
 
 def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None = None,
