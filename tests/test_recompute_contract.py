@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ppsolve.baselines.common import with_recompute as _with_r
 from ppsolve.checker import check
 from ppsolve.errors import InputError
 from ppsolve.memory import memory_events, peak_memory
@@ -18,18 +19,6 @@ from tests.helpers import make_problem, problem_dict, serial_orders
 def _recompute_problem(**extra):
     # 2 devices, 3 microbatches, every op 1, activation 4 of which 1 is kept when recomputed, R lasts 2
     return make_problem(memory_activation=4, memory_weight_hold=1, recompute={"keep": 1, "time": 2}, **extra)
-
-
-def _with_r(orders, chosen):
-    out = []
-    for actions in orders:
-        listed = []
-        for op in actions:
-            if op.kind is OpKind.B and (op.stage, op.microbatch) in chosen:
-                listed.append(Op(OpKind.R, op.stage, op.microbatch))
-            listed.append(op)
-        out.append(listed)
-    return out
 
 
 def test_recompute_block_is_read_and_written_back():

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.baselines.portfolio import applicable_baselines, built_baselines
 from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
@@ -212,15 +212,9 @@ def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
     """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
     built ignoring the cap, where the result breaks it and moves nothing to host."""
     options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
-    for method in all_methods("baseline"):
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            schedule = method.build(problem, options)
-        except PpsolveError:
-            continue
+    for schedule in built_baselines(problem, options):
         if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
-            yield method.name, schedule_orders(schedule)
+            yield schedule.method.name, schedule_orders(schedule)
 
 
 def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
