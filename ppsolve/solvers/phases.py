@@ -9,8 +9,14 @@ proven bound and the gap.
 
 Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
-search: ``ppsolve.solvers.lns``), then OFFLOAD (at that makespan, minimise the
-offloaded amount; only when the best schedule offloads and the whole model is built). The ``memory`` objective runs MAKESPAN first when it needs the best
+search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least recompute time,
+then the least offloaded amount; only when the best schedule recomputes or offloads and the whole
+model is built).
+
+Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model memory units) proves
+its optimum on that grid only, while the contract lets an amount be any real in (0, share]; on a
+problem that can offload its proof is then no proof (``CONTINUOUS_AMOUNTS`` of the backend says
+otherwise), and only the foundation's bound is reported. The ``memory`` objective runs MAKESPAN first when it needs the best
 makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
 sum of peaks, with C at most the limit).
 """
@@ -24,6 +30,7 @@ from types import ModuleType
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
@@ -59,11 +66,13 @@ LNS_MIN_SECONDS = 5.0
 WHOLE_SHARE = 0.3
 
 
-def model_ops(problem: Problem, offload: bool) -> int:
-    """How many ops a model of the whole problem places."""
+def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
+    """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
     n = problem.num_stages * problem.microbatches * len(problem.kinds)
     if offload and problem.can_offload:
         n += 2 * problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.max_offload(s) > 0)
+    if recompute and problem.can_recompute:
+        n += problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.recompute_saving(s) > 0)
     return n
 
 
@@ -113,15 +122,19 @@ class _Run:
         self.notes: list[str] = []
         self.interrupted = False
         self.use_offload = options.offload and problem.can_offload
+        self.use_recompute = options.recompute and problem.can_recompute
+        # the backend's proof holds for the contract's continuous offloaded amounts
+        self.amounts_exact = not self.use_offload or bool(getattr(backend, "CONTINUOUS_AMOUNTS", False))
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
-        self.ops = model_ops(problem, self.use_offload)
+        self.ops = model_ops(problem, self.use_offload, self.use_recompute)
         self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
         self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
-        self.least_offload: str | None = None  # the OFFLOAD phase's status, if it ran
+        self.least_overhead: str | None = None  # the OVERHEAD phase's status, if it ran
+        self.grid_optimal = False  # the makespan model proved its optimum on its grid of amounts only
 
     def user_time(self, x: float) -> float:
         return round(x / self.scaling.time_scale, 9)
@@ -172,12 +185,18 @@ class _Run:
         return None, False
 
 
-def _representable(schedule: Schedule, scaling: Scaling, offload: bool) -> bool:
-    """Whether the warm start is a solution of the model (so its makespan bounds the horizon)."""
+def _representable(schedule: Schedule, scaling: Scaling, offload: bool, recompute: bool = True) -> bool:
+    """Whether the warm start is a solution of the model (so its makespan bounds the horizon): exact
+    scaling, every time and offloaded amount on the model's grid, and only the levers it may use."""
     if not scaling.exact:
         return False
+    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= 1e-6  # noqa: E731
     for op in schedule.ops:
-        if op.kind.is_transfer and (not offload or abs(op.amount - schedule.problem.max_offload(op.stage)) > 1e-9):
+        if op.kind.is_transfer and (not offload or not on_grid(op.amount, scaling.memory_scale)):
+            return False
+        if op.kind is OpKind.R and not recompute:
+            return False
+        if not (on_grid(op.start, scaling.time_scale) and on_grid(op.end, scaling.time_scale)):
             return False
     return True
 
@@ -240,8 +259,7 @@ def _infeasible(problem: Problem) -> InfeasibleError:
                            + ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
                            + "); the least capacity that could work is "
                            + ", ".join(f"{c:g}" for c in need)
-                           + (" with offload" if problem.can_offload else "")
-                           + (" (the solver model offloads whole shares only)" if problem.can_offload else ""))
+                           + (" with offload" if problem.can_offload else ""))
 
 
 def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
@@ -251,7 +269,8 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: flo
     if warm is not None and warm.makespan <= lb + 1e-9 * max(1.0, lb):
         run.progress.message(f"the warm start reaches the lower bound {lb:g}: no makespan search needed")
         return warm, lb, True
-    upper = sc.time(warm.makespan) if warm is not None and _representable(warm, sc, run.use_offload) else None
+    upper = (sc.time(warm.makespan) if warm is not None
+             and _representable(warm, sc, run.use_offload, run.options.recompute) else None)
     run.progress.phase("makespan", "makespan", run.user_time, incumbent=warm.makespan if warm else None)
     answer = run.phase(Phase.MAKESPAN, run.budget.search(share, keep), warm, horizon=upper)
     if answer.status is Status.INFEASIBLE:
@@ -260,20 +279,34 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: flo
         run.notes.append("the model has no solution within the warm start's makespan; keeping the warm start")
     model_bound = run.user_time(answer.bound) if answer.bound is not None and sc.exact else None
     run.model_bound = model_bound
-    lower = max(lb, model_bound) if model_bound is not None else lb
+    if not run.amounts_exact:  # its bound holds on the model's grid of amounts only
+        lower = lb
+        run.grid_optimal = answer.status is Status.OPTIMAL
+    else:
+        lower = max(lb, model_bound) if model_bound is not None else lb
     best, newest = run.best_of(answer)
-    proven = answer.status is Status.OPTIMAL and sc.exact and newest
+    proven = answer.status is Status.OPTIMAL and sc.exact and newest and run.amounts_exact
     return best, lower, proven
 
 
-def _least_offload(run: _Run, best: Schedule, share: float) -> Schedule:
-    """Phase OFFLOAD: at the makespan of ``best``, the least offloaded amount."""
-    run.progress.phase("least offload", "offloaded", run.user_memory, incumbent=best.offloaded,
-                       at=f"(at makespan {best.makespan:g})", gap=False)
-    answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
-    run.least_offload = answer.status.value  # "optimal": no schedule at this makespan offloads less
+def overhead_key(schedule: Schedule) -> tuple[float, float]:
+    """What the OVERHEAD phase minimises, in the user's units: (recompute time, offloaded amount)."""
+    return round(schedule.recompute_time, 9), round(schedule.offloaded, 9)
+
+
+def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
+    """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
+    sc = run.scaling
+    run.progress.phase("least overhead", "overhead", lambda x: x, incumbent=sc.overhead(
+        sc.time(best.recompute_time), sc.memory(best.offloaded, up=False)), at=f"(at makespan {best.makespan:g})",
+        gap=False)
+    answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=sc.time(best.makespan))
+    status = answer.status
+    if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
+        status = Status.FEASIBLE  # least on the model's grid of amounts only
+    run.least_overhead = status.value  # "optimal": no schedule at this makespan has less overhead
     better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
-    if better is not None and better.offloaded < best.offloaded - 1e-12:
+    if better is not None and overhead_key(better) < overhead_key(best):
         return better
     return best
 
@@ -287,8 +320,8 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     sc = run.scaling
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
-    if run.least_offload is not None:
-        extra["least_offload"] = run.least_offload
+    if run.least_overhead is not None:
+        extra["least_overhead"] = run.least_overhead
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
@@ -354,8 +387,9 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
 
 def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
-    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if run.use_offload else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if run.use_offload and run.whole_model else 0.0
+    levers = run.use_offload or run.use_recompute
+    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if levers else SHARE_MAKESPAN
+    keep = SHARE_OFFLOAD if levers and run.whole_model else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
@@ -367,8 +401,8 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
                 best = _large_neighbourhoods(run, start, share - whole, keep)
-    if best is not None and best.offloaded > 0 and not run.interrupted and run.whole_model:
-        best = _least_offload(run, best, SHARE_OFFLOAD)
+    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted and run.whole_model:
+        best = _least_overhead(run, best, SHARE_OFFLOAD)
     from_warm = best is not None and best is warm
     if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
         best, from_warm = warm, True
@@ -380,6 +414,9 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
     if status == "optimal" and not proven and best.makespan > lb + 1e-9:
         status = "feasible"
+    if status == "feasible" and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
+        run.notes.append(f"optimal among schedules that offload multiples of {1 / run.scaling.memory_scale:g} "
+                         "memory units; a finer amount might be faster, so the bound is the analytic one")
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
                     warm_start=warm.method.name if warm is not None else None)
     return SolveResult(final, status, lower, final.gap or 0.0, final.method.seconds, run.interrupted, from_warm,
