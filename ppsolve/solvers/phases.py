@@ -297,9 +297,10 @@ def overhead_key(schedule: Schedule) -> tuple[float, float]:
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    run.progress.phase("least overhead", "overhead", lambda x: x, incumbent=sc.overhead(
-        sc.time(best.recompute_time), sc.memory(best.offloaded, up=False)), at=f"(at makespan {best.makespan:g})",
-        gap=False)
+    # the progress line shows the recompute time (the objective's first part), in the user's units
+    run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // sc.overhead_weight),
+                       incumbent=best.recompute_time,
+                       at=f"(at makespan {best.makespan:g})", gap=False)
     answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=sc.time(best.makespan))
     status = answer.status
     if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
