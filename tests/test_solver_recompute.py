@@ -22,6 +22,7 @@ from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.api import Status
 from ppsolve.solvers.milp import _import_pulp  # noqa: F401  (PuLP imported with highspy hidden)
 
 import pulp  # noqa: E402
@@ -397,3 +398,72 @@ def test_claims_hold_for_continuous_amounts(seed):
     assert result.lower_bound <= best + 1e-6
     if result.status == "optimal":
         assert result.schedule.makespan == pytest.approx(best, abs=1e-6)
+
+
+# ----- windows (large-neighbourhood search) -----
+
+def _lns_problem(**extra):
+    """4 devices x 8 microbatches, room for about one activation per device: 1F1B needs more."""
+    return problem_from_dict({"format": "ppsolve/problem@1", "devices": 4, "microbatches": 8,
+                              "time": {"forward": 2, "backward_input": 2, "backward_weight": 1},
+                              "memory": {"activation": 1, "weight_hold": 0.25, "capacity": 1.5}, **extra})
+
+
+def _serial(problem, recomputed=()):
+    from ppsolve.baselines.common import with_recompute
+    from ppsolve.schedule import make_schedule
+    from ppsolve.simulator import simulate
+    from ppsolve.solvers.warm_start import serial_orders
+
+    return make_schedule(problem, simulate(problem, with_recompute(serial_orders(problem), recomputed)), "serial")
+
+
+def _window_solution(problem, start, t1):
+    """The window of every device over [0, t1) of ``start``, solved; (window, its placement, composed)."""
+    import time
+
+    from ppsolve.solvers.api import Phase, PhaseTask
+    from ppsolve.solvers.budget import Budget, Limit
+    from ppsolve.solvers.cpsat import backend
+    from ppsolve.solvers.progress import Progress
+    from ppsolve.solvers.scaling import build_scaling
+    from ppsolve.solvers.window import Incumbent, compose, make_window
+    from ppsolve.schedule import make_schedule
+
+    inc = Incumbent(start)
+    window = make_window(inc, range(problem.devices), 0.0, t1, offload=problem.can_offload,
+                         orders=not problem.can_offload)
+    budget = Budget(30, False)
+    task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(threads=1), budget,
+                     Limit(time.monotonic() + 20), Progress(budget, "cpsat"), window=window)
+    answer = backend.run_phase(task)
+    assert answer.status is Status.OPTIMAL
+    placed = answer.solutions[-1]
+    return window, placed, make_schedule(problem, compose(inc, [(window, placed)]), "composed")
+
+
+@pytest.mark.parametrize("lever", ["recompute", "offload"])
+def test_a_window_adds_recompute_or_a_partial_offload(lever):
+    # a serial schedule keeps one activation per device; a window over its start may recompute or
+    # offload (any amount) so that the next microbatch starts before the first one's backward
+    extra = ({"recompute": {"keep": 0.25, "time": 1}} if lever == "recompute"
+             else {"offload": {"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}}})
+    problem = _lns_problem(**extra)
+    start = _serial(problem)
+    window, placed, composed = _window_solution(problem, start, 40.0)
+    assert window.choosable
+    assert window.measure(placed)[0] < window.current
+    assert check(composed).ok and composed.makespan < start.makespan
+    kind = _R if lever == "recompute" else _OFF
+    assert any(op.kind is kind for op in placed)
+
+
+def test_a_window_drops_recompute_that_does_not_help():
+    # every activation recomputed, memory unbounded: the window's best path drops the R ops it holds
+    problem = _lns_problem(recompute={"keep": 0.25, "time": 1}).replace(capacity=None)
+    keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
+    start = _serial(problem, keys)
+    window, placed, composed = _window_solution(problem, start, 40.0)
+    before = sum(1 for op in window.free if op.kind is _R)
+    assert before > 0 and sum(1 for op in placed if op.kind is _R) < before
+    assert check(composed).ok and composed.makespan < start.makespan
