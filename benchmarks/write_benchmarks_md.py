@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from ppsolve import __version__  # noqa: E402
 from ppsolve.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
+from ppsolve.frontier import CURVE_LABELS, LEGACY_CURVES  # noqa: E402
 from ppsolve.jsonio import write_text_atomic  # noqa: E402
 from ppsolve.methods import all_methods  # noqa: E402
 from ppsolve.problem import load_problem  # noqa: E402
@@ -87,11 +88,12 @@ def frontier_section(image: Path, base: Path) -> str:
     if not table.exists():
         return "\n".join(out) + "\n"
     with open(table, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    curves = [c for c in ("offload", "no-offload") if any(r["curve"] == c for r in rows)]
+        rows = [{**r, "curve": LEGACY_CURVES.get(r["curve"], r["curve"])} for r in csv.DictReader(handle)]
+    curves = [c for c in reversed(CURVE_LABELS) if any(r["curve"] == c for r in rows)]  # most levers first
     caps = list(dict.fromkeys(r["capacity"] for r in rows if r["curve"] in curves))
     caps.sort(key=lambda c: float("inf") if c == "unbounded" else float(c))
-    head = ["capacity"] + [f"makespan {'with' if c == 'offload' else 'without'} offload" for c in curves]
+    head = ["capacity"] + [f"makespan {'without a memory lever' if c == 'no-lever' else 'with ' + CURVE_LABELS[c]}"
+                           for c in curves]
     out += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for cap in caps:
         cells = [cap]

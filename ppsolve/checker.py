@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable
 
 from ppsolve.dependencies import RULES as DEPENDENCY_RULES, dependency_table
@@ -33,6 +34,8 @@ RULES = {
     "memory": "peak memory of a device within its capacity (releases before allocations)",
     "retime": "the runtime re-timing is no later and no higher than planned (otherwise a bug in ppsolve)",
 }
+
+MAX_GRIDS = 50  # violations drawn with the ops around them; later ones are listed without
 
 # How a violated dependency is described, by rule and the kind of the op that waits.
 _WHAT = {("R1", _F): "its input", ("R2", _B): "the loss turns around", ("R3", _B): "its output gradient",
@@ -253,14 +256,30 @@ class _Checker:
         return not any(v.rule != "retime" for v in self.violations)
 
     # ----- rendering -----
-    def _grid(self, ops: list[ScheduledOp], time: float | None, width: int = 3) -> str:
-        """A few ops around the spot on each device involved, the culprits marked."""
+    @cached_property
+    def _rows(self) -> tuple[dict[int, list[ScheduledOp]], dict[tuple[int, Op], int]]:
+        """Each device's compute ops by start, and the first position of each op in its row (built once:
+        a schedule with many violations draws many grids)."""
+        rows: dict[int, list[ScheduledOp]] = defaultdict(list)
+        for o in sorted((o for o in self.schedule.ops if o.kind.is_compute), key=lambda o: o.start):
+            rows[o.device].append(o)
+        first: dict[tuple[int, Op], int] = {}
+        for device, row in rows.items():
+            for i, o in enumerate(row):
+                first.setdefault((device, o.op), i)
+        return rows, first
+
+    def _grid(self, ops: list[ScheduledOp], time: float | None, width: int = 3) -> str | None:
+        """A few ops around the spot on each device involved, the culprits marked (for the first
+        ``MAX_GRIDS`` violations; the rest are listed without)."""
+        if len(self.violations) >= MAX_GRIDS:
+            return None
+        rows, first = self._rows
         marked = {o.op for o in ops}
         lines = []
         for device in sorted({o.device for o in ops}):
-            row = sorted((o for o in self.schedule.ops if o.device == device and o.kind.is_compute),
-                         key=lambda o: o.start)
-            anchor = next((i for i, o in enumerate(row) if o.op in marked), 0)
+            row = rows.get(device, [])
+            anchor = min((first[device, op] for op in marked if (device, op) in first), default=0)
             cells = []
             for o in row[max(0, anchor - width): anchor + width + 1]:
                 cell = f"{o.op} {o.start:g}-{o.end:g}"

@@ -4,8 +4,14 @@ For each capacity from the least feasible to unbounded, the solver runs on the
 problem with that capacity on every device. A schedule found at a smaller
 capacity is also feasible at a larger one, so the *monotone* makespan at a
 capacity is the best found at it or below; the *raw* makespan is what the
-solver returned at that capacity. Both are recorded. When the problem can
-offload, the same sweep without offload shows what offload buys.
+solver returned at that capacity. Both are recorded.
+
+Each curve is named by the memory levers its solver runs may use: ``no-lever``,
+``offload``, ``recompute``, ``offload+recompute``. The problem's own curve uses
+every lever it has; the comparison curves take them away one at a time, the
+recompute block first, then the offload link: a problem with both draws three
+curves (offload and recompute, offload only, no lever), which show what each
+lever buys at each capacity.
 """
 
 from __future__ import annotations
@@ -26,13 +32,17 @@ from ppsolve.problem import Problem
 
 SOLVER = "cpsat"
 DEFAULT_POINTS = 7
+# Curve names, in drawing order (the richest last); what each lets the solver use.
+CURVE_LABELS = {"no-lever": "no memory lever", "recompute": "recompute", "offload": "offload",
+                "offload+recompute": "offload and recompute"}
+LEGACY_CURVES = {"no-offload": "no-lever"}  # the name CSVs written before recompute use
 
 
 @dataclass
 class FrontierPoint:
     """One solver run at one capacity (None: unbounded), or one baseline's own schedule."""
 
-    curve: str  # "offload", "no-offload" or "baseline"
+    curve: str  # a key of CURVE_LABELS, or "baseline"
     method: str
     capacity: float | None
     status: str
@@ -56,6 +66,30 @@ class Frontier:
 
     def curve(self, name: str) -> list[FrontierPoint]:
         return [p for p in self.points if p.curve == name]
+
+    @property
+    def curves(self) -> list[str]:
+        """The solver curves present, in drawing order."""
+        return [name for name in CURVE_LABELS if self.curve(name)]
+
+
+def curve_name(problem: Problem) -> str:
+    """The levers ``problem`` lets a schedule use: ``offload+recompute``, ``offload``, ``recompute``
+    or ``no-lever``."""
+    levers = [name for name, used in (("offload", problem.can_offload), ("recompute", problem.can_recompute))
+              if used]
+    return "+".join(levers) or "no-lever"
+
+
+def lever_variants(problem: Problem) -> list[Problem]:
+    """``problem``, then with its levers taken away one at a time: the recompute block, then the
+    offload link (offload and recompute -> offload -> no lever)."""
+    variants = [problem]
+    if problem.can_recompute:
+        variants.append(variants[-1].replace(recompute=None))
+    if problem.can_offload:
+        variants.append(variants[-1].replace(offload=None))
+    return variants
 
 
 def get_solver(name: str = SOLVER) -> Method:
@@ -172,11 +206,18 @@ def baseline_points(problem: Problem, options: RunOptions, exclude: str) -> list
     return points
 
 
+def least_capacity(problem: Problem) -> float:
+    """The least capacity (on every device) that admits a schedule of ``problem``, with its offload."""
+    return max(min_capacity(problem, offload=problem.can_offload), default=0.0)
+
+
 def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None = None,
                      time_limit: float | None = 10.0, points: int = DEFAULT_POINTS, solver_name: str = SOLVER,
-                     compare_no_offload: bool = True, baselines: bool = True, threads: int | None = None,
+                     compare: bool = True, baselines: bool = True, threads: int | None = None,
                      on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
-    """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule)."""
+    """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule);
+    with ``compare``, also on the problem with fewer levers (:func:`lever_variants`), each from its
+    own least feasible capacity."""
     solver = get_solver(solver_name)
     reason = solver.why_not(problem)
     if reason is not None:
@@ -184,8 +225,7 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
     options = RunOptions(time_limit=time_limit, threads=threads, quiet=True)
     frontier = Frontier(problem=problem.name or "problem", solver=solver.name, time_limit=time_limit,
                         units=problem.units)
-    offload = problem.can_offload
-    low = max(min_capacity(problem, offload=offload), default=0.0)
+    low = least_capacity(problem)
     unbounded: FrontierPoint | None = None
     if capacities is None:
         unbounded, _ = _run(solver, problem.replace(capacity=None), options)
@@ -194,16 +234,15 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
         capacities = auto_capacities(low, max(unbounded.peak_memory, low), points)
     below = [c for c in capacities if c is not None and c < low - 1e-9]
     if below:
+        levers = curve_name(problem)
         raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
-                                         f"({low:g}{' with offload' if offload else ''})")
+                                         f"({low:g}{'' if levers == 'no-lever' else ' with ' + levers})")
     known = {None: unbounded} if unbounded is not None else None
-    frontier.points += sweep(problem, solver, capacities, options, "offload" if offload else "no-offload", on_point,
-                             known)
-    if offload and compare_no_offload:
-        plain = problem.replace(offload=None)
-        low_plain = max(min_capacity(plain), default=0.0)
-        caps = _sorted_caps([low_plain] + [c for c in capacities if c is None or c >= low_plain])
-        frontier.points += sweep(plain, solver, caps, options, "no-offload", on_point)
+    frontier.points += sweep(problem, solver, capacities, options, curve_name(problem), on_point, known)
+    for variant in lever_variants(problem)[1:] if compare else []:
+        least = least_capacity(variant)
+        caps = _sorted_caps([least] + [c for c in capacities if c is None or c >= least])
+        frontier.points += sweep(variant, solver, caps, options, curve_name(variant), on_point)
     if baselines:
         frontier.points += baseline_points(problem, options, exclude=solver.name)
     return frontier
@@ -249,7 +288,9 @@ def read_frontier_points(path: str | Path) -> list[FrontierPoint]:
             values: dict = {}
             for key in COLUMNS:
                 text = row[key]
-                if key in ("curve", "method", "status", "note"):
+                if key == "curve":
+                    values[key] = LEGACY_CURVES.get(text, text)
+                elif key in ("method", "status", "note"):
                     values[key] = text
                 elif key == "valid":
                     values[key] = {"yes": True, "no": False}.get(text)

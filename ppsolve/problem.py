@@ -136,9 +136,11 @@ class Problem:
     @cached_property
     def units(self) -> tuple[str, str]:
         """The time and memory units, from the ``x-units`` annotation (``{"time": "ms", "memory": "GiB"}``)
-        or a profile's ``x-profile.units``; else generic words. Only pictures and reports use them."""
-        profile = self.annotations.get("x-profile")
-        units = self.annotations.get("x-units") or (profile.get("units") if isinstance(profile, dict) else None)
+        or the ``units`` of a profile's ``x-profile`` or the cost model's ``x-costmodel``; else generic words.
+        Only pictures and reports use them."""
+        made = [self.annotations.get(key) for key in ("x-profile", "x-costmodel")]
+        units = self.annotations.get("x-units") or next((m["units"] for m in made if isinstance(m, dict)
+                                                         and "units" in m), None)
         if not isinstance(units, dict):
             units = {}
         return str(units.get("time", "problem's time unit")), str(units.get("memory", "problem's memory unit"))

@@ -62,11 +62,11 @@ def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None,
 
 
 def forwards_wait_for_offloads(orders: Orders) -> dict[Op, list[Op]]:
-    """Waits that hold each forward until the offloads listed before it on its device have ended.
+    """Waits that hold each forward (and recompute) until the offloads listed before it on its device have ended.
 
     A device's offloads are ready in list order and its lane serves them first come, first
     served, so waiting for the last one listed covers the others. This is how an order says
-    "free the memory before the next forward" (PipeOffload's runtime has an explicit step for it).
+    "free the memory before the next forward" (an R allocates too, so it waits the same way) (PipeOffload's runtime has an explicit step for it).
     """
     waits: dict[Op, list[Op]] = {}
     for actions in orders:
@@ -74,7 +74,7 @@ def forwards_wait_for_offloads(orders: Orders) -> dict[Op, list[Op]]:
         for op in actions:
             if op.kind is _OFF:
                 last_offload = op
-            elif op.kind is _F and last_offload is not None:
+            elif (op.kind is _F or op.kind is _R) and last_offload is not None:
                 waits[op] = [last_offload]
     return waits
 

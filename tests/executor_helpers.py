@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppsolve.ops import B, F, OFFLOAD, RELOAD, W, Op
+from ppsolve.ops import B, F, OFFLOAD, RELOAD, W, Op, OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
@@ -16,7 +16,8 @@ MODELS = ROOT / "models"
 
 
 def problem(devices: int, microbatches: int, chunks: int = 1, placement: str = "linear", split: bool = True,
-            offload: bool = False, duplex: bool = True, bandwidth: float = 100, **times):
+            offload: bool = False, duplex: bool = True, bandwidth: float = 100, keep: float | None = None, **times):
+    """A problem with unit activations; ``keep`` adds a recompute block (R lasts a forward)."""
     data = {"format": "ppsolve/problem@1", "devices": devices, "microbatches": microbatches, "chunks": chunks,
             "placement": placement, "backward": "split" if split else "fused",
             "time": {"forward": times.get("f", 1), "backward_input": times.get("b", 1),
@@ -24,6 +25,8 @@ def problem(devices: int, microbatches: int, chunks: int = 1, placement: str = "
             "memory": {"activation": 1, "weight_hold": 1 if split else 0, "capacity": None}}
     if offload:
         data["offload"] = {"bandwidth": {"d2h": bandwidth, "h2d": bandwidth}, "duplex": duplex}
+    if keep is not None:
+        data["recompute"] = {"keep": keep}
     return problem_from_dict(data)
 
 
@@ -59,6 +62,16 @@ def add_offload(prob, orders, pairs) -> list[list[Op]]:
                 new.append(OFFLOAD(op.stage, op.microbatch))
         out.append(new)
     return out
+
+
+def mixed_levers(prob, orders, recomputed, offloaded) -> Schedule:
+    """``orders`` with R right before B for each (s, j) in ``recomputed`` (``with_recompute``) and
+    OFFLOAD/RELOAD around the others in ``offloaded``, timed by the simulator with every F and R
+    waiting for the offloads listed before it (what they allocate comes after what they free)."""
+    from ppsolve.baselines.common import with_recompute
+
+    listed = add_offload(prob, with_recompute(orders, recomputed), offloaded)
+    return make(prob, listed, "mixed-levers", waits=forwards_wait_for_offloads(listed))
 
 
 def make(prob, orders, name: str, waits=None) -> Schedule:

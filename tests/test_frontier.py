@@ -13,7 +13,8 @@ from ppsolve import methods as registry
 from ppsolve.bounds import min_capacity
 from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
-from ppsolve.frontier import auto_capacities, compute_frontier, parse_capacities
+from ppsolve.frontier import (auto_capacities, compute_frontier, curve_name, lever_variants, parse_capacities,
+                              read_frontier_points)
 from ppsolve.methods import Method
 from ppsolve.schedule import make_schedule
 
@@ -33,7 +34,7 @@ def test_frontier_is_monotone_on_a_tiny_problem(monkeypatch):
     register_for_test(monkeypatch, FAKE_SOLVER, SERIAL, ONE_F_ONE_B)
     problem = tiny_problem(3, 4)
     frontier = compute_frontier(problem, time_limit=1, points=5)
-    curve = frontier.curve("no-offload")
+    curve = frontier.curve("no-lever")
     caps = [p.capacity for p in curve]
     assert caps[0] == max(min_capacity(problem)) and caps[-1] is None
     assert len(caps) == 6
@@ -64,7 +65,7 @@ def test_monotone_repair_keeps_raw_figures(monkeypatch):
 
     register_for_test(monkeypatch, Method("cpsat", "solver", "test", "any", lambda p: None, erratic))
     frontier = compute_frontier(base, capacities=[1.0, 2.0, None], time_limit=1, baselines=False)
-    one, two, unbounded = frontier.curve("no-offload")
+    one, two, unbounded = frontier.curve("no-lever")
     assert two.makespan > one.makespan  # raw figure kept as returned
     assert two.best_makespan == one.makespan and two.best_from == 1.0
     assert unbounded.best_makespan <= one.makespan
@@ -76,7 +77,7 @@ def test_offload_problem_gets_both_curves(monkeypatch):
     problem = tiny_problem(2, 2, offload={"fraction": 0.5, "bandwidth": {"d2h": 1, "h2d": 1}})
     frontier = compute_frontier(problem, capacities=[1.0, 2.0, None], time_limit=1, baselines=False)
     assert [p.capacity for p in frontier.curve("offload")] == [1.0, 2.0, None]
-    assert frontier.curve("no-offload")[0].capacity == 1.0  # least feasible without offload is 1 here
+    assert frontier.curve("no-lever")[0].capacity == 1.0  # least feasible without offload is 1 here
 
 
 def test_cli_writes_image_and_csv(monkeypatch, tmp_path):
@@ -88,7 +89,7 @@ def test_cli_writes_image_and_csv(monkeypatch, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(tmp_path / "frontier.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    curve = [r for r in rows if r["curve"] == "no-offload"]
+    curve = [r for r in rows if r["curve"] == "no-lever"]
     assert curve[-1]["capacity"] == "unbounded" and len(curve) == 4
     baselines = {r["method"]: r for r in rows if r["curve"] == "baseline"}
     assert "serial" in baselines and "cpsat" not in baselines
@@ -119,3 +120,60 @@ def test_refuses_a_problem_the_solver_does_not_take(monkeypatch):
     register_for_test(monkeypatch, FAKE_SOLVER)  # linear placements only
     with pytest.raises(NotApplicableError, match="does not apply to this problem: needs a linear placement"):
         compute_frontier(tiny_problem(2, 2, chunks=2, placement="vshape"))
+
+
+LEVERS = {"fraction": 0.5, "bandwidth": {"d2h": 1, "h2d": 1}}
+
+
+def _both_levers(**extra):
+    # activation 1, of which a recomputed forward keeps 0.25; R lasts 1; offload up to half
+    return tiny_problem(2, 3, offload=LEVERS, **extra).replace(recompute={"keep": 0.25, "time": 1})
+
+
+def test_three_curves_take_the_levers_away_one_at_a_time(monkeypatch):
+    seen: dict[str, set] = {}
+
+    def recording(problem, options):
+        seen.setdefault(curve_name(problem), set()).add((problem.can_offload, problem.can_recompute))
+        return serial_schedule(problem, name="cpsat")
+
+    register_for_test(monkeypatch, Method("cpsat", "solver", "test", "any", lambda p: None, recording))
+    problem = _both_levers()
+    frontier = compute_frontier(problem, capacities=[1.0, 2.0, None], time_limit=1, baselines=False)
+    assert frontier.curves == ["no-lever", "offload", "offload+recompute"]
+    assert seen == {"offload+recompute": {(True, True)}, "offload": {(True, False)}, "no-lever": {(False, False)}}
+    for name in frontier.curves:
+        assert [p.capacity for p in frontier.curve(name)] == [1.0, 2.0, None]
+    # a problem that can only recompute: its curve and the one without
+    only = tiny_problem(2, 3).replace(recompute={"keep": 0.25})
+    assert [curve_name(p) for p in lever_variants(only)] == ["recompute", "no-lever"]
+    assert compute_frontier(only, capacities=[1.0], time_limit=1, baselines=False).curves == ["no-lever", "recompute"]
+    assert compute_frontier(problem, capacities=[1.0], time_limit=1, baselines=False,
+                            compare=False).curves == ["offload+recompute"]
+
+
+def test_three_curves_with_the_solver_on_a_tiny_problem(tmp_path):
+    src = tmp_path / "p.json"
+    src.write_text(json.dumps(_both_levers(name="tiny").to_dict()))
+    out = tmp_path / "frontier.png"
+    assert main(["frontier", str(src), "--points", "2", "--time-limit", "2", "--threads", "1", "--no-baselines",
+                 "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = read_frontier_points(tmp_path / "frontier.csv")
+    curves = {name: [p for p in points if p.curve == name] for name in ("offload+recompute", "offload", "no-lever")}
+    assert {p.curve for p in points} == set(curves)
+    for name, curve in curves.items():
+        assert curve[-1].capacity is None and all(p.valid for p in curve), name
+    by_cap = {name: {p.capacity: p for p in curve} for name, curve in curves.items()}
+    for cap, point in by_cap["offload+recompute"].items():
+        fewer = [by_cap[name].get(cap) for name in ("offload", "no-lever")]
+        proven = [p for p in (point, *fewer) if p is not None and p.status == "optimal"]
+        if len(proven) == 1 + sum(p is not None for p in fewer):  # more levers never hurt an optimum
+            assert all(point.best_makespan <= p.best_makespan + 1e-9 for p in fewer if p is not None)
+
+
+def test_a_csv_with_the_old_curve_name_reads_as_no_lever(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text("curve,method,capacity,status,makespan,best_makespan,best_from,peak_memory,lower_bound,seconds,"
+                    "valid,note\nno-offload,cpsat,2,optimal,18,18,2,2,18,0.02,yes,\n")
+    assert [p.curve for p in read_frontier_points(path)] == ["no-lever"]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ppsolve import methods
 from ppsolve.checker import check
-from ppsolve.errors import NotApplicableError, PpsolveError
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.methods import Method
-from ppsolve.schedule import make_schedule
+from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
-from ppsolve.solvers.warm_start import best_warm_start, list_plan, serial_orders
+from ppsolve.ops import OpKind
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
 from tests.helpers import make_problem
 
 
@@ -79,3 +82,76 @@ def test_a_counted_warm_start_tries_only_methods_that_apply():
     counted = best_warm_start(problem, "auto", max_tries=6)
     assert counted.makespan == unlimited.makespan
     assert not counted.method.name.startswith("warm:serial")
+
+
+def _realistic_like(devices, microbatches, chunks, backward, capacity, bandwidth, placement="interleaved"):
+    # the shape of the Llama-8B-like case scaled to F = 1: a heavier last stage whose logits are not
+    # recomputed (keep 4.2 of 7.4), 0.25 kept of 4.5 elsewhere, an offload link of 0.8 to 20 per unit time
+    S = devices * chunks
+    heavy = [1.0] * (S - 1) + [1.2]
+    return make_problem(devices=devices, microbatches=microbatches, chunks=chunks,
+                        placement="linear" if chunks == 1 else placement, backward=backward,
+                        time_forward=heavy, time_backward_input=[1.25 * h for h in heavy],
+                        time_backward_weight=[0.75 * h for h in heavy], time_p2p=0.004,
+                        memory_activation=[4.5] * (S - 1) + [7.4], memory_weight_hold=[4.2] * (S - 1) + [3.2],
+                        memory_capacity=capacity, offload={"bandwidth": {"d2h": bandwidth, "h2d": bandwidth}},
+                        recompute={"keep": [0.25] * (S - 1) + [4.2]})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_with_both_levers_the_warm_start_is_never_worse_than_either_alone(seed):
+    # The frontier guarantee: with offload and recompute, the warm start (hence the solve) is at most
+    # the better of the warm starts with offload only and with recompute only, at any cap.
+    rng = random.Random(seed)
+    devices, chunks = rng.choice([2, 3, 4]), rng.choice([1, 1, 2])
+    capacity = round(rng.uniform(8, 0.8 * devices * chunks * 4.5 + 4), 2)
+    problem = _realistic_like(devices, rng.choice([4, 6, 8]), chunks, rng.choice(["split", "fused"]), capacity,
+                              rng.choice([0.8, 4, 20]), rng.choice(["interleaved", "vshape"]))
+    both = best_warm_start(problem)
+    offload_only = best_warm_start(problem.replace(recompute=None))
+    recompute_only = best_warm_start(problem.replace(offload=None))
+    assert check(both).ok
+    singles = [s.makespan for s in (offload_only, recompute_only) if s is not None]
+    assert singles and both.makespan <= min(singles) + 1e-9
+
+
+def test_recompute_fits_the_cap_where_1f1b_does_not_without_slowing_it():
+    # 1F1B holds d - i activations on device i; at a cap of 3 activations the first three devices
+    # recompute some of their microbatches in the wait for the backwards, and 1F1B's makespan stays,
+    # well below the best plan without recompute (no offload link)
+    problem = _realistic_like(6, 12, 1, "split", 3 * 4.5 + 1, 1).replace(offload=None)
+    plain = methods.get_method("1f1b").run(problem.replace(capacity=None))
+    assert max(plain.peak_memory) > 3 * 4.5 + 1
+    warm = best_warm_start(problem)
+    assert check(warm).ok and 0 < warm.recomputed < 3 * problem.microbatches
+    assert warm.makespan <= plain.makespan + 1e-9
+    assert warm.makespan < best_warm_start(problem.replace(recompute=None)).makespan
+
+
+def test_fifo_relabel_renames_whole_microbatches_when_they_recompute():
+    # a recompute belongs to one (stage, microbatch): renaming must move it with its F and B
+    problem = _realistic_like(4, 8, 1, "split", 2 * 4.5 + 1, 1).replace(offload=None)
+    found = best_warm_start(problem)
+    assert found.recomputed > 0
+    m = problem.microbatches  # the same schedule with microbatches named backwards
+    warm = Schedule(problem, found.method, tuple(o._replace(microbatch=m - 1 - o.microbatch) for o in found.ops))
+    assert check(warm).ok
+    relabelled = fifo_relabel(warm)
+    assert check(relabelled).ok
+    assert sorted((o.kind.value, o.stage, o.start, o.end) for o in relabelled.ops) == \
+        sorted((o.kind.value, o.stage, o.start, o.end) for o in warm.ops)
+    firsts = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
+    assert [j for _, j in firsts] == list(range(problem.microbatches))
+
+
+def test_a_single_lever_answer_starts_a_solve_with_both_levers():
+    # what an offload-only or recompute-only run found is valid with both levers: it may start that solve
+    problem = _realistic_like(3, 6, 1, "split", 2 * 4.5 + 1, 1)
+    for single in (problem.replace(offload=None), problem.replace(recompute=None)):
+        found = best_warm_start(single)
+        assert given_warm_start(problem, found).makespan == found.makespan
+    # a lever the schedule uses must be the problem's
+    recomputing = best_warm_start(problem.replace(offload=None))
+    assert recomputing.recomputed > 0
+    with pytest.raises(InputError, match="warm-start.*another problem: recompute"):
+        given_warm_start(problem.replace(recompute=None), recomputing)

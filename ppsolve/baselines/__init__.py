@@ -7,7 +7,7 @@ all read one list.
 
 from __future__ import annotations
 
-from ppsolve.baselines import greedy, interleaved, offload, onef1b, vshape, zero_bubble
+from ppsolve.baselines import greedy, interleaved, offload, onef1b, recompute, vshape, zero_bubble
 from ppsolve.baselines.common import Requirement
 from ppsolve.gcpause import without_gc
 from ppsolve.methods import Method, register
@@ -53,6 +53,17 @@ _method("po-f", offload.build_po_f, offload.INTERLEAVED_SPLIT_OFFLOAD,
         "PipeOffload full: GIS, every chunk offloaded by the reference's pass (where the link has room)")
 _method("1f1b-offload", offload.build_1f1b_offload, offload.LINEAR_OFFLOAD,
         "1F1B with full offload (PipeOffload Fig. 1): all but the last stage to host, forwards wait for offloads")
+_method("1f1b-recompute", recompute.build_1f1b_recompute, recompute.LINEAR_RECOMPUTE,
+        "1F1B with Megatron's full recompute: every forward keeps only its checkpoint, R right before B")
+_method("interleaved-1f1b-recompute", recompute.build_interleaved_recompute, recompute.INTERLEAVED_RECOMPUTE,
+        "interleaved 1F1B with Megatron's full recompute: every forward keeps only its checkpoint, "
+        "R right before B")
+_method("1f1b-adapipe", recompute.build_1f1b_adapipe, recompute.LINEAR_RECOMPUTE,
+        "1F1B recomputing whole stages as AdaPipe does, per device over the cap, least recompute time per "
+        "memory saved first")
+_method("interleaved-1f1b-adapipe", recompute.build_interleaved_adapipe, recompute.INTERLEAVED_RECOMPUTE,
+        "interleaved 1F1B recomputing whole stages as AdaPipe does, per device over the cap, least recompute "
+        "time per memory saved first")
 _method("greedy", greedy.build_greedy, _ANY,
         "list scheduler within the memory cap, offloading long waits; on capped V-shapes also the "
         "published V orders and the building-block search (solver warm start, fallback)")

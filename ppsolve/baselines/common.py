@@ -29,12 +29,13 @@ SMALL_OPS = 20000
 
 @dataclass(frozen=True)
 class Requirement:
-    """What a method needs of a problem: placements, backward modes, an offload link."""
+    """What a method needs of a problem: placements, backward modes, an offload link, a recompute block."""
 
     placements: tuple[str, ...] = ()  # empty: any placement
     backward: tuple[str, ...] = ("split", "fused")
     offload: bool = False
     min_chunks: int = 1
+    recompute: bool = False
 
     def text(self) -> str:
         where = "any placement" if not self.placements else "/".join(self.placements)
@@ -42,6 +43,8 @@ class Requirement:
         out = f"{where}, {how} backward"
         if self.offload:
             out += ", offload link"
+        if self.recompute:
+            out += ", recompute block"
         return out
 
     def why_not(self, problem: Problem) -> str | None:
@@ -54,6 +57,8 @@ class Requirement:
             return f"needs at least {self.min_chunks} chunks per device, the problem has {problem.chunks}"
         if self.offload and not problem.can_offload:
             return "needs an offload link (problem.offload with a fraction > 0), the problem has none"
+        if self.recompute and not problem.can_recompute:
+            return "needs a recompute block (problem.recompute with keep < activation on a stage), the problem has none"
         return None
 
 

@@ -12,7 +12,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "frontier", help="the memory/time trade-off: the solver's makespan at each memory capacity",
         description="Runs the solver at capacities from the least feasible to unbounded (the same on every "
                     "device), draws its makespan against capacity with the baselines as points at their own "
-                    "peak memory, and writes the figures as CSV beside the image.")
+                    "peak memory, and writes the figures as CSV beside the image. A problem with an offload link "
+                    "or a recompute block also gets the curves with fewer levers: offload and recompute, "
+                    "offload only, no lever.")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("--capacities", default="auto",
                         help="'auto' (least feasible .. unbounded peak) or a list like 4,6,8,inf")
@@ -21,7 +23,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="solver threads")
     parser.add_argument("--solver", default="cpsat", help="solver method (default cpsat)")
     parser.add_argument("--no-compare", action="store_true",
-                        help="with offload, skip the second curve without offload")
+                        help="only the problem's own curve: skip the curves with fewer memory levers (offload "
+                             "only, no lever)")
     parser.add_argument("--no-baselines", action="store_true", help="do not run the baselines")
     parser.add_argument("-o", "--output", required=True, help="image: .png, .svg or .pdf")
     parser.add_argument("--csv", help="CSV file (default: the image's path with .csv)")
@@ -52,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             cap = "unbounded" if point.capacity is None else f"{point.capacity:g}"
             found = "-" if point.makespan is None else f"{point.makespan:g}"
-            print(f"  {point.curve:>10} capacity {cap:>9}: {point.status:<10} makespan {found}", file=sys.stderr)
+            print(f"  {point.curve:>17} capacity {cap:>9}: {point.status:<10} makespan {found}", file=sys.stderr)
 
     frontier = compute_frontier(problem, capacities, time_limit=args.time_limit, points=args.points,
-                                solver_name=args.solver, compare_no_offload=not args.no_compare,
+                                solver_name=args.solver, compare=not args.no_compare,
                                 baselines=not args.no_baselines, threads=args.threads, on_point=report)
     csv_path = Path(args.csv) if args.csv else Path(args.output).with_suffix(".csv")
     write_frontier_csv(frontier, csv_path)
@@ -65,6 +68,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         cap = "unbounded" if point.capacity is None else f"{point.capacity:g}"
         best = "-" if point.best_makespan is None else f"{point.best_makespan:g}"
-        print(f"{point.curve:>10}  capacity {cap:>9}  {point.status:<10}  makespan {best}")
+        print(f"{point.curve:>17}  capacity {cap:>9}  {point.status:<10}  makespan {best}")
     print(f"wrote {args.output} and {csv_path}")
     return 0

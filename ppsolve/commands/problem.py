@@ -2,7 +2,10 @@
 
 Costs from the transformer formulas and a GPU profile; the layer partition given
 (``even``, ``3,5,5,3``, ``Et*3|t*5|t*5|t*3L``) or chosen (``auto``: ranked by the
-lower bound, then the solver on the best few).
+lower bound, then the solver on the best few). ``--recompute decide`` writes the
+costs of no recompute and a ``recompute`` block (what full recompute of the blocks
+keeps, and their forward as R's time): which microbatches to recompute is then the
+schedule's choice (contract version 3).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--p2p", choices=("nvlink", "infiniband"), help="link between ranks (default nvlink)")
     add_layout_arguments(parser)
     parser.add_argument("--offload", action="store_true", help="allow offload over the GPU's host link")
+    parser.add_argument("--recompute", choices=("none", "selective", "full", "decide"),
+                        help="override the model file's recompute: none, selective, full (fixed, every microbatch; "
+                             "full needs --backward fused) or decide (a recompute block: the schedule chooses)")
     parser.add_argument("--capacity", default="hbm", metavar="hbm|none|GIB",
                         help="activation cap per device: hbm (default: HBM less weights and Adam state), none, "
                              "or GiB")
@@ -65,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(args, name)}")
     model = load_transformer(args.model).with_micro_batch_size(args.micro_batch_size)
+    if args.recompute:
+        model = replace(model, recompute=args.recompute)
     hardware = hardware_of_gpu(args.gpu) if args.gpu else load_hardware(args.hardware)
     if args.p2p:
         hardware = replace(hardware, p2p=args.p2p)

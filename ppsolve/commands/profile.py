@@ -14,6 +14,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="model description (models/*.json)")
     add_layout_arguments(parser)
     parser.add_argument("--offload", action="store_true", help="allow offload, with the measured host-copy bandwidth")
+    parser.add_argument("--recompute", action="store_true",
+                        help="allow recompute: a recompute block with what a recomputed forward keeps (the stage "
+                             "input, measured) and R's measured time")
     parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
     parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
-                      repeats=args.repeats, device=device, partition=partition)
+                      repeats=args.repeats, device=device, partition=partition, recompute=args.recompute)
     write_json_atomic(args.output, problem.to_dict())
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
@@ -55,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  activation MiB:     {per(problem.activation)}")
     if problem.split_backward:
         print(f"  weight_hold MiB:    {per(problem.weight_hold)}")
+    if problem.recompute is not None:
+        print(f"  recompute keep MiB: {per(problem.recompute.keep)}")
+        print(f"  recompute ms:       {per(problem.recompute.time)}")
     if problem.offload is not None and problem.offload.d2h == problem.offload.h2d:
         print(f"  host copy MiB/ms:   {problem.offload.d2h:.3f}")
     elif problem.offload is not None:

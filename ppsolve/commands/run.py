@@ -3,8 +3,9 @@
 One process per device (gloo on CPU, NCCL on CUDA, ``--device``); under ``torchrun``
 this process is one rank.
 Prints per rank the measured activation peak beside the predicted one and the
-median wall time of each op kind; ``--check`` compares the loss and every gradient
-with a single-process run; ``--trace`` writes the measured ops as a Chrome trace.
+median wall time of each op kind (R included), and what each recomputed forward kept;
+``--check`` compares the loss and every gradient with a single-process run;
+``--trace`` writes the measured ops as a Chrome trace.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
-    from ppsolve.executor.report import chrome_trace, render
+    from ppsolve.executor.report import chrome_trace, render, stage_bytes
     outcome = execute(schedule, args.model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
@@ -56,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
           f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
+    if schedule.recomputed and args.runtime == "ppsolve":
+        kept = stage_bytes(outcome.results, "keep_bytes")
+        print(f"recompute: {schedule.recomputed} R ops ({schedule.describe_recompute()}); each recomputed "
+              "forward kept until its R: " + ", ".join(f"stage {s} {kept[s]} B" for s in sorted(kept)))
     warmups = [r.warmup_span for r in outcome.results if r.warmup_span is not None]
     if warmups:
         print(f"warm-up step (excluded from the figures above): span {max(warmups) * 1e3:.3f} ms measured")

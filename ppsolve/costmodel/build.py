@@ -102,6 +102,8 @@ def problem_data(model: Transformer, hardware: Hardware, layout: Layout, partiti
                    "weight_hold": [g(c.weight_hold) if split else 0 for c in costs],
                    "capacity": _capacity(layout, hardware, costs, placement)},
     }
+    if model.recompute == "decide":
+        data["recompute"] = {"keep": [g(c.keep) for c in costs], "time": [t(c.recompute) for c in costs]}
     if layout.offload:
         bandwidth = round(gib_per_ms(hardware.gpu.host_link_gbps), 6)
         data["offload"] = {"fraction": 1, "bandwidth": {"d2h": bandwidth, "h2d": bandwidth}}
@@ -112,12 +114,12 @@ def problem_data(model: Transformer, hardware: Hardware, layout: Layout, partiti
     data["x-costmodel"] = {
         "model": model.to_dict(), "gpu": hardware.gpu.name, "p2p_link": hardware.p2p,
         "units": {"time": "ms", "memory": "GiB", "bandwidth": "GiB/ms"},
-        "sources": _sources(hardware, layout),
+        "sources": _sources(model, hardware, layout),
     }
     return data
 
 
-def _sources(hardware: Hardware, layout: Layout) -> dict:
+def _sources(model: Transformer, hardware: Hardware, layout: Layout) -> dict:
     gpu = hardware.gpu
     sources = {
         "time": f"FLOPs of formulas.py (zero-bubble paper Table 1, after Korthikanti et al.: F = 24bsh^2 + 4bs^2h, "
@@ -131,6 +133,10 @@ def _sources(hardware: Hardware, layout: Layout) -> dict:
                              "2sbh with full; embedding sbh, head 4sbh + fp32 logits 4sbV",
         "memory.weight_hold": "zero-bubble paper Table 1: 32sbh of the 34sbh is held until W (the same share here)",
     }
+    if model.recompute == "decide":
+        sources["recompute"] = ("Megatron's full recompute of the transformer blocks: keep = each block's input 2sbh "
+                                "+ the embedding's and the LM head's activations (not recomputed); time = the "
+                                "blocks' forward (not the head's GEMM); the other figures are those of no recompute")
     if layout.capacity == "hbm":
         sources["memory.capacity"] = (f"{gpu.hbm_gib:g} GiB HBM ({hardware.source_of('hbm_gib')}) less "
                                       f"{formulas.STATIC_BYTES_PER_PARAM} bytes per parameter of the device's stages "
@@ -147,4 +153,8 @@ def build_problem(model: Transformer, hardware: Hardware, layout: Layout, partit
     """The validated problem of ``model`` cut by ``partition`` on ``hardware``."""
     if layout.backward not in ("split", "fused"):
         raise InputError("--backward", f"must be split or fused, got {layout.backward!r}")
+    if model.recompute == "full" and layout.backward == "split":
+        raise InputError("--recompute", "full recompute with a split backward cannot be written: W needs the "
+                                        "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
+                                        "(weight_hold > activation); use --recompute decide or --backward fused")
     return problem_from_dict(problem_data(model, hardware, layout, partition))

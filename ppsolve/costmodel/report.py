@@ -13,7 +13,8 @@ def _row(label: str, values) -> str:
 
 
 def render_stages(problem: Problem) -> str:
-    """One column per stage: layers, F/B/W ms, activation and held GiB; then p2p and caps."""
+    """One column per stage: layers, F/B/W ms, activation and held GiB (and recompute's keep and
+    time); then p2p and caps."""
     partition = problem.annotations.get(ANNOTATION, {})
     lines = [f"  partition {partition.get('layout', '?')}",
              _row("stage", list(range(problem.num_stages))),
@@ -24,6 +25,8 @@ def render_stages(problem: Problem) -> str:
              _row("activation GiB", problem.activation)]
     if problem.split_backward:
         lines.append(_row("weight_hold GiB", problem.weight_hold))
+    if problem.recompute is not None:
+        lines += [_row("recompute keep GiB", problem.recompute.keep), _row("recompute ms", problem.recompute.time)]
     caps = ", ".join("none" if c is None else f"{c:.1f}" for c in problem.capacity)
     lines.append(f"  p2p {problem.p2p:g} ms; capacity per device GiB: {caps}")
     if problem.offload is not None:

@@ -14,13 +14,15 @@ The small vocabulary the runtime uses:
 - ``to_host(storage)`` / ``to_device(storage, host)``: move one saved storage out and
   back (freed to zero bytes and reallocated in place, so every tensor on it stays valid);
 - ``stamp()`` / ``seconds(stamp)``: a point in time on the current stream (CUDA: a timing
-  event, read after ``synchronize``); ``timed(fn)``: milliseconds of ``fn`` on the device.
+  event, read after ``synchronize``); ``timed(fn)``: milliseconds of ``fn`` on the device;
+- ``rng_state()`` / ``replay_rng(state)``: the random state a recomputed forward started
+  from, and a block run from it (R draws what F drew; the generators are restored after).
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from statistics import median
 
 import torch
@@ -122,6 +124,18 @@ class CpuDevice:
     def _used_by_compute(self, view: torch.Tensor) -> None:
         pass
 
+    # ----- randomness (recompute) -----
+    def rng_state(self):
+        """The state of the generators the stage's forward draws from (the CPU one here)."""
+        return torch.get_rng_state()
+
+    @contextmanager
+    def replay_rng(self, state):
+        """Run the block from ``state``; the generators are as before afterwards."""
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(state)
+            yield
+
     # ----- time and memory -----
     def begin(self) -> None:
         """Start of a measured walk: times are seconds from here."""
@@ -200,6 +214,17 @@ class CudaDevice(CpuDevice):
     def _used_by_compute(self, view: torch.Tensor) -> None:
         # allocated on the lane, used and later freed by compute work
         view.record_stream(self.streams["compute"])
+
+    def rng_state(self):
+        return torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
+
+    @contextmanager
+    def replay_rng(self, state):
+        cpu, cuda = state
+        with torch.random.fork_rng(devices=[self.device.index], device_type="cuda"):
+            torch.set_rng_state(cpu)
+            torch.cuda.set_rng_state(cuda, self.device)
+            yield
 
     def begin(self) -> None:
         self.synchronize()

@@ -2,7 +2,9 @@
 
 For every stage: F, B (input gradient) and W (weight gradients) timed with the
 executor's own code on microbatch 0's real input (median of ``repeats`` runs after
-``warmup``), and the bytes its saved tensors hold. Units of the problem file:
+``warmup``), and the bytes its saved tensors hold. With ``recompute``, also what a
+recomputed forward keeps (its input: the problem's ``recompute.keep``) and R, the
+forward rerun from it with autograd (``recompute.time``). Units of the problem file:
 milliseconds and MiB (bandwidth in MiB per ms). One thread, as each rank uses.
 Fused backward: one backward pass is timed and split half and half between
 ``backward_input`` and ``backward_weight`` (only their sum counts then). On CUDA
@@ -13,6 +15,7 @@ gives both.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from statistics import median
 
 import torch
@@ -27,16 +30,29 @@ from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict,
 MIB = float(2**20)
 
 
+@dataclass
+class StageFigures:
+    """One stage, one microbatch: times in ms, sizes in bytes (keep and R only when measured)."""
+
+    forward: float
+    backward_input: float
+    backward_weight: float
+    activation: int
+    hold: int
+    keep: int = 0
+    recompute: float = 0.0
+
+
 def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x, target, split: bool,
-                  warmup: int, repeats: int, dev: Device | None = None) -> tuple[float, float, float, int, int]:
-    """(F ms, B ms, W ms, activation bytes, bytes held from B to W) of one stage for one microbatch."""
+                  warmup: int, repeats: int, dev: Device | None = None, recompute: bool = False) -> StageFigures:
+    """F, B and W times, activation bytes and bytes held from B to W of one stage for one microbatch;
+    with ``recompute`` also the bytes a recomputed F keeps and R's time."""
     dev = dev or CpuDevice()
     params = list(stage_module.parameters())
-    times: list[tuple[float, float, float]] = []
-    nbytes = hold = 0
+    times: list[tuple[float, float, float, float]] = []
+    nbytes = hold = keep = 0
     for rep in range(warmup + repeats):
-        ledger = SavedBytes(params)
-        stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, ledger, dev)
+        stage = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, SavedBytes(params), dev)
         out: list = [None]
         t_f = dev.timed(lambda: out.__setitem__(0, stage.forward(0, x, target)))
         grad = None if out[0] is None else torch.ones_like(out[0]) / out[0].numel()
@@ -47,19 +63,28 @@ def measure_stage(stage_module, index: int, num_stages: int, spec: ModelSpec, x,
             t_w = dev.timed(lambda: stage.backward_weight(0))
         else:
             t_b, t_w = dev.timed(lambda: stage.backward_full(0, grad)), 0.0
+        t_r = 0.0
+        if recompute:
+            again = Stage(index, num_stages, stage_module, models.loss_fn(spec), 1, SavedBytes(params), dev)
+            again.forward(0, x, target, recompute=True)
+            keep = again.keep_of[0]
+            t_r = dev.timed(lambda: again.recompute(0))
+            again.backward_full(0, grad)
         stage_module.zero_grad(set_to_none=True)
         if rep >= warmup:
-            times.append((t_f, t_b, t_w))
-    f, b, w = (median(t[k] for t in times) for k in range(3))
-    return f, b, w, nbytes, hold
+            times.append((t_f, t_b, t_w, t_r))
+    f, b, w, r = (median(t[k] for t in times) for k in range(4))
+    return StageFigures(f, b, w, nbytes, hold, keep, r)
 
 
 def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbatches: int, *,
             split: bool = True, offload: bool = False, p2p: float = 0.0, capacity: float | None = None,
-            warmup: int = 2, repeats: int = 5, device: str = "cpu", partition: Partition | None = None) -> Problem:
+            warmup: int = 2, repeats: int = 5, device: str = "cpu", partition: Partition | None = None,
+            recompute: bool = False) -> Problem:
     """Measure every stage on ``device`` ("cpu" or "cuda") and return the problem (validated).
 
-    ``partition``: the blocks of each stage (default: an even split); the file records it."""
+    ``partition``: the blocks of each stage (default: an even split); the file records it.
+    ``recompute``: a ``recompute`` block with the measured checkpoint bytes and R times."""
     num_stages = devices * chunks
     expand_placement(placement, devices, chunks, "--placement")
     if partition is None:
@@ -69,17 +94,18 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
     built = models.build_stages(spec, num_stages, blocks=partition.blocks())
     modules = {s: dev.place(m) for s, m in built.items()}
     x, target = (dev.place(t) for t in models.microbatch(spec, 0))
-    fwd, bwd_in, bwd_w, act, holds = [], [], [], [], []
+    fwd, bwd_in, bwd_w, act, holds, keeps, rec = [], [], [], [], [], [], []
     for s in range(num_stages):
-        f, b, w, nbytes, hold = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
-                                              split, warmup, repeats, dev)
-        if not split:
-            b, w = b / 2, b / 2
-        fwd.append(round(f, 6))
+        m = measure_stage(modules[s], s, num_stages, spec, x, target if s == num_stages - 1 else None,
+                          split, warmup, repeats, dev, recompute)
+        b, w = (m.backward_input, m.backward_weight) if split else (m.backward_input / 2, m.backward_input / 2)
+        fwd.append(round(m.forward, 6))
         bwd_in.append(round(b, 6))
         bwd_w.append(round(w, 6))
-        act.append(nbytes / MIB)
-        holds.append(hold / MIB)
+        act.append(m.activation / MIB)
+        holds.append(m.hold / MIB)
+        keeps.append(m.keep)
+        rec.append(round(m.recompute, 6))
         with torch.no_grad():
             x = modules[s](x) if s < num_stages - 1 else x
     data = {
@@ -94,6 +120,9 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
                       "activation_bytes": [int(a * MIB) for a in act],
                       "weight_hold_bytes": [int(h * MIB) for h in holds]},
     }
+    if recompute:
+        data["recompute"] = {"keep": [k / MIB for k in keeps], "time": rec}
+        data["x-profile"]["keep_bytes"] = keeps
     if offload:
         d2h, h2d = dev.copy_bandwidth(int(max(act) * MIB))
         data["offload"] = {"fraction": 1, "bandwidth": {"d2h": round(d2h, 6), "h2d": round(h2d, 6)}}

@@ -1,8 +1,8 @@
 """Measured against predicted: activation peaks, per-op wall times, Chrome trace.
 
 The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
-each stage's activation and weight_hold set to the bytes measured on that run;
-an offload moves its planned share (amount / activation) of those bytes.
+each stage's activation, weight_hold and recompute keep set to the bytes measured on
+that run; an offload moves its planned share (amount / activation) of those bytes.
 """
 
 from __future__ import annotations
@@ -30,23 +30,30 @@ class RankFigures:
 
 def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
     """Bytes one microbatch of each stage saves (or holds from B to W with
-    ``what="hold_bytes"``); they must agree across microbatches."""
+    ``what="hold_bytes"``, or keeps from F to R with ``what="keep_bytes"``: only stages
+    that recompute); they must agree across microbatches."""
     out = {}
     for result in results:
         for s, sizes in getattr(result, what).items():
+            if not sizes:  # keep_bytes of a stage that recomputes nothing
+                continue
             if len(set(sizes)) != 1:
                 raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
             out[s] = sizes[0]
     return out
 
 
-def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int]) -> list[float]:
-    """SPEC.md's peak per device with activation and weight_hold set to the measured bytes."""
+def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int],
+                    keep_bytes: dict[int, int] | None = None) -> list[float]:
+    """SPEC.md's peak per device with activation, weight_hold and (stages that recompute)
+    recompute keep set to the measured bytes."""
     problem = schedule.problem
     data = problem.to_dict()
     acts = [float(act_bytes[s]) for s in range(problem.num_stages)]
     holds = [float(hold_bytes[s]) for s in range(problem.num_stages)] if problem.split_backward else 0
     data["memory"] = {"activation": acts, "weight_hold": holds, "capacity": None}
+    if problem.recompute is not None:
+        data["recompute"]["keep"] = measured_keep(acts, keep_bytes or {})
     measured_problem = problem_from_dict(data)
     ops = []
     for op in schedule.ops:
@@ -58,8 +65,20 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: d
     return peak_memory(measured_problem, ops)
 
 
+def measured_keep(acts: list[float], keep_bytes: dict[int, int]) -> list[float]:
+    """The recompute block's keep per stage: the measured checkpoint bytes where the stage
+    recomputes (0 elsewhere: no event uses it). The memory model needs keep <= activation."""
+    keep = [float(keep_bytes.get(s, 0)) for s in range(len(acts))]
+    for s, (kept, act) in enumerate(zip(keep, acts)):
+        if kept > act:
+            raise ValueError(f"stage {s}: a recomputed forward kept {kept:.0f} bytes, more than the {act:.0f} "
+                             "bytes of its activation (the stage's forward does not save its input)")
+    return keep
+
+
 def figures(schedule: Schedule, results) -> list[RankFigures]:
-    predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"))
+    predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"),
+                                stage_bytes(results, "keep_bytes"))
     out = []
     for result in results:
         by_kind: dict[str, list[float]] = {}

@@ -5,7 +5,7 @@ start, a transfer before a compute op that starts at the same time). An action s
 
 - its data is there: F its input (received, or handed over directly when the previous stage
   is on this rank), B its output gradient and its RELOAD's copies, W its B, OFFLOAD its F,
-  RELOAD its OFFLOAD's copies;
+  RELOAD its OFFLOAD's copies, R its F (the checkpoint; a B of a recomputed (s,j) its R);
 - the action before it on its lane has ended;
 - every action of this rank whose planned end is at or before its planned start has ended:
   :func:`ppsolve.simulator.device_waits`, the same definition the simulator re-times with,
@@ -85,6 +85,7 @@ class RankResult:
     records: list[OpRecord] = field(default_factory=list)
     activation_bytes: dict[int, list[int]] = field(default_factory=dict)
     hold_bytes: dict[int, list[int]] = field(default_factory=dict)  # held from B to W (split backward)
+    keep_bytes: dict[int, list[int]] = field(default_factory=dict)  # kept from F to R, recomputed microbatches
     peak: int = 0
     losses: dict[int, float] = field(default_factory=dict)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)  # on the CPU
@@ -156,6 +157,7 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
     S, M, place = problem.num_stages, problem.microbatches, problem.placement
     data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j)) for j in range(M)}
             if (0 in stages or S - 1 in stages) else {})
+    recomputed = {(s, j) for s, js in schedule.recomputed_by_stage().items() if s in stages for j in js}
     local: dict[tuple[int, int, int], torch.Tensor] = {}
     result = RankResult(rank, device=dev.kind)
     events = []  # the device event after each action (None on CPU)
@@ -177,7 +179,7 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
                 x = data[j][0] if s == 0 else (local.pop((FWD, s, j)) if place[s - 1] == rank
                                               else comm.wait_recv(FWD, s, j))
                 start = dev.stamp()
-                out = stage.forward(j, x, data[j][1] if s == S - 1 else None)
+                out = stage.forward(j, x, data[j][1] if s == S - 1 else None, recompute=(s, j) in recomputed)
                 if out is not None:
                     _pass(comm, local, FWD, s + 1, j, out, place[s + 1], rank)
             elif kind is OpKind.B:
@@ -192,6 +194,9 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
             elif kind is OpKind.W:
                 start = dev.stamp()
                 stage.backward_weight(j)
+            elif kind is OpKind.R:
+                start = dev.stamp()  # its F is among the waits: planned to end by this start
+                stage.recompute(j)
             elif kind is OpKind.OFFLOAD:
                 start = dev.stamp()  # its F is among the waits: planned to end by this start
                 act = problem.activation[s]
@@ -215,10 +220,12 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
     result.peak = peak
     result.max_allocated = dev.max_allocated()
     for s, stage in stages.items():
-        if stage.pending:
-            raise RuntimeError(f"stage {s}: microbatches {sorted(stage.pending)} never finished their backward")
+        if stage.pending or stage.checkpoints:
+            raise RuntimeError(f"stage {s}: microbatches {sorted(set(stage.pending) | set(stage.checkpoints))} "
+                               "never finished their backward")
         result.activation_bytes[s] = [stage.bytes_of[j] for j in range(M)]
         result.hold_bytes[s] = [stage.hold_of.get(j, 0) for j in range(M)]
+        result.keep_bytes[s] = [stage.keep_of[j] for j in sorted(stage.keep_of)]
         result.losses.update({j: float(loss) for j, loss in stage.losses.items()})
     return result
 

@@ -1,5 +1,5 @@
-"""One stage on one rank: F, B (input gradient), W (weight gradients), fused B,
-and the byte accounting and offload of the activations F saves.
+"""One stage on one rank: F, R (recompute), B (input gradient), W (weight gradients),
+fused B, and the byte accounting and offload of the activations F saves.
 
 Accounting: every tensor autograd saves during F passes a saved-tensor hook that
 records its storage, once per storage (views share one), skipping parameters and
@@ -14,6 +14,13 @@ records the gradients reaching the parameter branches; W runs only those branche
 Every saved
 tensor the weight gradients still need is held until W: B drops the output side
 of the graph, and what stays alive is measured as the microbatch's weight hold.
+
+Recompute (contract version 3): F of a recomputed microbatch runs without autograd
+and keeps only its input (the checkpoint: its storage is what the microbatch holds
+until R, the measured ``keep``) and the random state. R replays the forward from
+the checkpoint with autograd on and that random state; from then on the microbatch
+is exactly a kept one (same saved tensors, same B and W), the checkpoint's storage
+counted among its saved tensors again when the forward saves it.
 """
 
 from __future__ import annotations
@@ -79,6 +86,17 @@ class Pending:
     copied: object = None  # the device event after the last OFFLOAD/RELOAD copy (None on CPU)
 
 
+@dataclass
+class Checkpoint:
+    """What F of a recomputed microbatch keeps for its R."""
+
+    inputs: torch.Tensor
+    target: torch.Tensor | None
+    rng: object  # the device's random state before F (``Device.rng_state``)
+    ptrs: list[int]  # the counted storages (the input's, unless a parameter or already counted)
+    nbytes: int
+
+
 class Stage:
     """Stage ``index`` of ``num_stages`` with its module and its microbatches in flight."""
 
@@ -97,10 +115,45 @@ class Stage:
         self.losses: dict[int, torch.Tensor] = {}  # read with float() after the walk (no sync per F)
         self.bytes_of: dict[int, int] = {}
         self.hold_of: dict[int, int] = {}
+        self.checkpoints: dict[int, Checkpoint] = {}  # recomputed microbatches between F and R
+        self.keep_of: dict[int, int] = {}  # bytes a recomputed microbatch's F kept
 
     # ----- forward -----
-    def forward(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor | None:
-        """Run F(index, j); return the tensor for the next stage (None on the last stage)."""
+    def forward(self, j: int, x: torch.Tensor, target: torch.Tensor | None,
+                recompute: bool = False) -> torch.Tensor | None:
+        """Run F(index, j); return the tensor for the next stage (None on the last stage).
+        ``recompute``: the schedule recomputes (index, j): keep only the checkpoint for R."""
+        out = self._checkpoint(j, x, target) if recompute else self._build(j, x, target)
+        return None if self.is_last else out.detach()
+
+    def recompute(self, j: int) -> None:
+        """R(index, j): rerun the forward from its checkpoint with autograd on and F's random
+        state; the graph and saved tensors it builds are what B and W use."""
+        point = self.checkpoints.pop(j, None)
+        if point is None:
+            done = "already ran" if j in self.pending else "did not keep a checkpoint (F missing or not recomputed)"
+            raise RuntimeError(f"R({self.index},{j}) without its forward: F({self.index},{j}) {done}")
+        self.ledger.release(point.ptrs, point.nbytes)
+        with self.device.replay_rng(point.rng):
+            self._build(j, point.inputs, point.target)
+
+    def _checkpoint(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """F of a recomputed microbatch: no autograd graph; keeps the input, counted as its bytes."""
+        found: dict[int, torch.UntypedStorage] = {}
+        self.ledger.claim(x, found)
+        rng = self.device.rng_state()
+        with torch.no_grad():
+            out = self.module(x)
+            if self.is_last:
+                self.losses[j] = self.loss_fn(out, target).detach()
+        nbytes = self.ledger.register((self.index, j), found)
+        self.keep_of[j] = nbytes
+        self.checkpoints[j] = Checkpoint(x.detach(), target, rng, list(found), nbytes)
+        return out
+
+    def _build(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """The forward with autograd on, its saved storages counted as microbatch j's activation;
+        returns the stage output (the scaled loss on the last stage)."""
         key = (self.index, j)
         inputs = None if self.is_first else x.detach().requires_grad_(True)
         found: dict[int, torch.UntypedStorage] = {}
@@ -124,12 +177,12 @@ class Stage:
         storages = list(found.values())
         self.pending[j] = Pending(inputs, out, storages, list(found), [s.nbytes() for s in storages], nbytes,
                                   saved=saved, host=[None] * len(storages))
-        return None if self.is_last else out.detach()
+        return out
 
     # ----- backward -----
     def backward_input(self, j: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         """B of split backward: the input gradient only; the graph stays for W."""
-        state = self._ready(j)
+        state = self._ready(j, "B")
         state.grad = grad
         state.input_done = True
         if state.inputs is not None:
@@ -152,7 +205,7 @@ class Stage:
 
     def backward_weight(self, j: int) -> None:
         """W: the weight gradients of microbatch j, accumulated into ``.grad``; frees the graph."""
-        state = self._ready(j)
+        state = self._ready(j, "W")
         if state.plan is None:
             grads = torch.autograd.grad(state.outputs, self.params, state.grad, allow_unused=True)
         else:
@@ -163,7 +216,7 @@ class Stage:
 
     def backward_full(self, j: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         """Fused B: input and weight gradients in one pass; frees the graph."""
-        state = self._ready(j)
+        state = self._ready(j, "B")
         wanted = ([] if state.inputs is None else [state.inputs]) + self.params
         grads = torch.autograd.grad(state.outputs, wanted, grad, allow_unused=True)
         grad_in = None if state.inputs is None else grads[0]
@@ -171,7 +224,9 @@ class Stage:
         self._release(j)
         return grad_in
 
-    def _ready(self, j: int) -> Pending:
+    def _ready(self, j: int, kind: str) -> Pending:
+        if j in self.checkpoints:
+            raise RuntimeError(f"{kind}({self.index},{j}) of a recomputed microbatch before its R({self.index},{j})")
         state = self.pending.get(j)
         if state is None:
             raise RuntimeError(f"stage {self.index}: backward of microbatch {j} before its forward")
@@ -198,6 +253,8 @@ class Stage:
     def offload(self, j: int, fraction: float) -> int:
         """Move saved storages of microbatch j to host buffers (largest first, up to
         ``fraction`` of its bytes; all of them at fraction >= 1). Returns bytes moved."""
+        if j in self.checkpoints:
+            raise RuntimeError(f"OFFLOAD({self.index},{j}) of a recomputed microbatch (rule 10)")
         state = self.pending.get(j)
         if state is None or state.moved:
             raise RuntimeError(f"stage {self.index}: OFFLOAD of microbatch {j} without its activations on device")

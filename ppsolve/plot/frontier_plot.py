@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppsolve.frontier import Frontier
+from ppsolve.frontier import CURVE_LABELS, Frontier
 from ppsolve.plot.figure import new_figure, save_figure
 
-# Drawn in this order, so that the offload curve stays visible where the two coincide.
-CURVE_STYLE = {"no-offload": ("#c92a2a", "solver without offload", "--"),
-               "offload": ("#1864ab", "solver with offload", "-")}
+# (colour, line style) of each curve; drawn in CURVE_LABELS' order, so that the curve with the most
+# levers stays visible where curves coincide.
+CURVE_STYLE = {"no-lever": ("#c92a2a", "--"), "recompute": ("#2b8a3e", "-."), "offload": ("#1864ab", "-"),
+               "offload+recompute": ("#862e9c", "-")}
 MARKERS = "sD^v<>Pp*hXo"
 
 
@@ -22,11 +23,15 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     fig = new_figure(*size)
     ax = fig.add_axes((0.09, 0.11, 0.64, 0.79))
     finite = [p.capacity for p in frontier.points if p.capacity is not None]
-    peaks = [p.peak_memory for p in frontier.points if p.peak_memory is not None]
+    # baselines sit at their own peak; a solver run without a cap is drawn at 'unbounded', whatever its peak
+    peaks = [p.peak_memory for p in frontier.curve("baseline") if p.peak_memory is not None] or \
+        ([] if finite else [p.peak_memory for p in frontier.points if p.peak_memory is not None])
     right = max([*finite, *peaks, 1e-9])
     left = min([*finite, *peaks, right])
     unbounded_x = right + 0.12 * max(right - left, right * 0.2)
-    for curve, (color, label, style) in CURVE_STYLE.items():
+    for curve in frontier.curves:
+        color, style = CURVE_STYLE[curve]
+        label = CURVE_LABELS[curve]
         pts = [p for p in frontier.curve(curve) if p.best_makespan is not None]
         if not pts:
             continue
@@ -58,7 +63,8 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     ax.set_ylabel(f"makespan ({time_unit})", fontsize=9)
     ax.grid(color="#eeeeee")
     limit = "" if frontier.time_limit is None else f", {frontier.time_limit:g} s per point"
-    ax.set_title(f"memory/time frontier of {frontier.problem} ({frontier.solver}{limit})", fontsize=10, loc="left")
+    ax.set_title(f"memory/time frontier of {frontier.problem}\n(solver {frontier.solver}{limit}; each curve: "
+                 "the memory levers it may use)", fontsize=9.5, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, frameon=False)
     fig.text(0.09, 0.015, "curve: best makespan found at that capacity or a smaller one; white dot: proved optimal",
              fontsize=7, color="#555555")

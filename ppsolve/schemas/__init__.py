@@ -9,6 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 
 from ppsolve.errors import InputError
@@ -29,6 +30,13 @@ def load_schema(name: str) -> dict:
 @lru_cache(maxsize=None)
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(load_schema(name))
+
+
+@lru_cache(maxsize=None)
+def _fast_validator(name: str):
+    """The same schema compiled to Python by fastjsonschema: about 50 times faster on the ops of a large
+    schedule. It only says whether a file passes; the messages come from jsonschema."""
+    return fastjsonschema.compile(load_schema(name))
 
 
 def field_path(prefix: str, path: Any) -> str:
@@ -102,6 +110,11 @@ def validate(instance: Any, name: str, prefix: str) -> None:
     if not isinstance(instance, dict):
         raise InputError(prefix, f"must be a JSON object, got {_json_type(instance)}")
     check_values(instance, prefix)
+    try:
+        _fast_validator(name)(instance)
+        return
+    except fastjsonschema.JsonSchemaException:
+        pass  # jsonschema finds the violation and names it (or, where the two differ, accepts)
     errors = list(_validator(name).iter_errors(instance))
     if errors:
         # Report the shallowest, then an unknown field (the likely cause of a missing one: a typo),
@@ -121,25 +134,38 @@ def check_values(value: Any, where: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH and numbers that are not finite or pass MAX_MAGNITUDE.
 
     Iterative, so a deeply nested file cannot exhaust the interpreter's stack; runs
-    before the schema check, which would recurse into it.
+    before the schema check, which would recurse into it. Only containers go on the
+    stack: the numbers of a container are checked where they stand (a schedule's ops
+    are most of a large file).
     """
+    _check_number(value, where, ())
+    if not isinstance(value, (dict, list)):
+        return
     stack: list[tuple[Any, tuple, int]] = [(value, (), 0)]
     while stack:
         item, path, depth = stack.pop()
-        if isinstance(item, bool):
-            continue
-        if isinstance(item, (int, float)):
-            if isinstance(item, float) and not math.isfinite(item):
-                raise InputError(field_path(where, path), f"must be a finite number, got {item}")
-            if abs(item) > MAX_MAGNITUDE:
-                raise InputError(field_path(where, path),
-                                 f"must be at most {MAX_MAGNITUDE:g} in magnitude (ppsolve's limit), got {_big(item)}")
-            continue
-        if isinstance(item, (dict, list)):
-            if depth >= MAX_DEPTH:
-                raise InputError(field_path(where, path), f"is nested deeper than {MAX_DEPTH} levels")
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend((child, (*path, key), depth + 1) for key, child in reversed(list(pairs)))
+        if depth >= MAX_DEPTH:
+            raise InputError(field_path(where, path), f"is nested deeper than {MAX_DEPTH} levels")
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        children = []
+        for key, child in pairs:
+            if isinstance(child, (dict, list)):
+                children.append((child, (*path, key), depth + 1))
+            elif isinstance(child, (int, float)) and not isinstance(child, bool) and not (
+                    -MAX_MAGNITUDE <= child <= MAX_MAGNITUDE):
+                _check_number(child, where, (*path, key))
+        stack.extend(reversed(children))
+
+
+def _check_number(item: Any, where: str, path: tuple) -> None:
+    """The error for a number that is not finite or passes MAX_MAGNITUDE (nothing for anything else)."""
+    if isinstance(item, bool) or not isinstance(item, (int, float)):
+        return
+    if isinstance(item, float) and not math.isfinite(item):
+        raise InputError(field_path(where, path), f"must be a finite number, got {item}")
+    if abs(item) > MAX_MAGNITUDE:
+        raise InputError(field_path(where, path),
+                         f"must be at most {MAX_MAGNITUDE:g} in magnitude (ppsolve's limit), got {_big(item)}")
 
 
 def _big(number: int | float) -> str:

@@ -20,6 +20,17 @@ always tried as well:
   largest k that fits and the one below it.
 * with offload: the list scheduler's orders made without a cap, and 1F1B limited to
   a k above what fits, each offloading on the devices over the cap.
+* with recompute (contract version 3): 1F1B (W right after B, or deferred), every
+  published order that applies, built without the cap, 1F1B limited to k in flight for
+  k above what fits (at most ``RECOMPUTE_KS`` of them), and the list scheduler's orders
+  made without a cap, each recomputing on every device over its cap just enough
+  microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
+  recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
+  They are made without offload, and the other plans and baselines do not use the
+  recompute block, so with both levers the warm start tries the candidates of each lever
+  alone: when its share of the time lets it try them all, it is at most the better of the
+  warm starts with offload only and with recompute only (tests/test_solver_warm_start.py
+  checks it on random problems and caps).
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ import time
 from dataclasses import fields
 from typing import Callable, Iterator
 
+from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.methods import RunOptions, all_methods, get_method
@@ -170,6 +183,78 @@ def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     return plans
 
 
+# 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
+RECOMPUTE_KS = 8
+
+
+def spread(values, count: int) -> list:
+    """At most ``count`` of ``values``, evenly spaced, the first and the last included, in their order."""
+    values = list(values)
+    if len(values) <= count:
+        return values
+    return [values[i] for i in sorted({round(i * (len(values) - 1) / (count - 1)) for i in range(count)})]
+
+
+def schedule_orders(schedule: Schedule) -> list[list[Op]]:
+    """Each device's ops of ``schedule`` in the order they start."""
+    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
+    for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
+        orders[op.device].append(op.op)
+    return orders
+
+
+def w_right_after_b(problem: Problem, orders: list[list[Op]]) -> list[list[Op]]:
+    """``orders`` with each W moved right after its B (split backward)."""
+    return [with_w_after_b(problem, [op for op in order if op.kind is not OpKind.W]) for order in orders]
+
+
+def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
+    """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
+    built ignoring the cap, where the result breaks it and moves nothing to host."""
+    options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
+    for method in all_methods("baseline"):
+        if method.why_not(problem) is not None:
+            continue
+        try:
+            schedule = method.build(problem, options)
+        except PpsolveError:
+            continue
+        if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
+            yield method.name, schedule_orders(schedule)
+
+
+def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+    """Plans that fit the cap by recomputing, made without offload (see the module docstring)."""
+    if not problem.can_recompute or all(c is None for c in problem.capacity):
+        return
+    base = problem.replace(offload=None)
+
+    def fitted(make) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+        for prefer in PREFER:
+            yield f"-{prefer}", lambda prefer=prefer: fit_by_recompute(base, make(), prefer=prefer)[0]
+
+    ks = spread(range(problem.devices, fitting_k(base), -1), RECOMPUTE_KS) if problem.placement_name == "linear" else []
+
+    def onef1b(some_ks):
+        for k in some_ks:
+            for defer in ((False, True) if problem.split_backward else (False,)):
+                for how, make in fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)):
+                    yield f"1f1b-k{k}{'-deferw' if defer else ''}+recompute{how}", make
+
+    yield from onef1b(ks[:1])
+    for name, orders in _published_orders(base.replace(recompute=None)):
+        for how, make in fitted(lambda orders=orders: orders):
+            yield f"{name}+recompute{how}", make
+        if problem.split_backward:  # what a W waits to run cannot be recomputed away: W right after B
+            for how, make in fitted(lambda orders=orders: w_right_after_b(base, orders)):
+                yield f"{name}-w-after-b+recompute{how}", make
+    yield from onef1b(ks[1:])
+    free = base.replace(capacity=None)
+    for kinds in ("BFW", "FBW"):
+        for how, make in fitted(lambda kinds=kinds: list_plan(free, kinds, problem.chunks > 1)):
+            yield f"greedy-{kinds}-nocap+recompute{how}", make
+
+
 def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
     """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
     yield "serial", lambda: serial_orders(problem)
@@ -184,6 +269,7 @@ def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[O
         for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
             if k >= 2:
                 yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
+    yield from _recompute_plans(problem)
     for name, orders in _offload_plans(problem):
         yield name, lambda orders=orders: orders
 
@@ -200,9 +286,11 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
     made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
     A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
-    (a check costs more than a simulation). Schedules are appended to ``out`` as they are found."""
+    (a check costs more than a simulation), nor is one whose orders a plan before it had.
+    Schedules are appended to ``out`` as they are found."""
     out = [] if out is None else out
     kept = len(out)
+    seen: set[tuple] = set()
 
     def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
         return len(out) > kept or not at_least_one
@@ -214,6 +302,10 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
             orders = make()
         except PpsolveError:
             continue
+        key = tuple(map(tuple, orders))
+        if key in seen:
+            continue
+        seen.add(key)
         waits = forwards_wait_for_offloads(orders)
         for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
             try:
@@ -280,11 +372,15 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
 
 def given_warm_start(problem: Problem, schedule: Schedule) -> Schedule:
     """``schedule`` (a file the user gave) as the warm start of ``problem``: the same pipeline (any
-    name and memory cap) and, with the problem's cap, every rule kept; else InputError naming the
-    first difference or broken rule (field ``warm-start``)."""
+    name and memory cap; an offload link or a recompute block the schedule does not use may differ:
+    an offload-only or recompute-only answer starts a solve with both levers) and, with the
+    problem's cap, every rule kept; else InputError naming the first difference or broken rule
+    (field ``warm-start``)."""
     theirs = schedule.problem
+    unused = {"offload": not any(op.kind.is_transfer for op in schedule.ops),
+              "recompute": not any(op.kind is OpKind.R for op in schedule.ops)}
     for f in fields(Problem):
-        if not f.compare or f.name in ("name", "capacity"):
+        if not f.compare or f.name in ("name", "capacity") or unused.get(f.name, False):
             continue
         ours, other = getattr(problem, f.name), getattr(theirs, f.name)
         if ours != other:
@@ -315,13 +411,14 @@ def shortest(candidates: list[Schedule]) -> Schedule | None:
 def fifo_relabel(schedule: Schedule) -> Schedule:
     """The same schedule with microbatches renamed to satisfy the model's symmetry breaking.
 
-    Without transfers each (stage, kind)'s slots go to microbatches in start order (the
-    argument in ``constraints.symmetry`` shows this stays valid); with transfers whole
-    microbatches are renamed by the start of their F on stage 0. The result is checked;
-    if it did not pass, the original is returned.
+    Without transfers or recomputes each (stage, kind)'s slots go to microbatches in start
+    order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
+    offload or a recompute belongs to one (stage, microbatch)) whole microbatches are renamed
+    by the start of their F on stage 0. The result is checked; if it did not pass, the
+    original is returned.
     """
     ops = list(schedule.ops)
-    if any(op.kind.is_transfer for op in ops):
+    if any(op.kind.is_transfer or op.kind is OpKind.R for op in ops):
         firsts = sorted((op.start, op.microbatch) for op in ops if op.kind is OpKind.F and op.stage == 0)
         rename = {j: rank for rank, (_, j) in enumerate(firsts)}
         new = [op._replace(microbatch=rename[op.microbatch]) for op in ops]
