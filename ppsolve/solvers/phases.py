@@ -412,6 +412,10 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         if run.interrupted:
             raise NoSolutionError("interrupted before any schedule was found")
         raise NoSolutionError(f"no schedule found within the time limit ({options.time_limit:g} s)")
+    if best.makespan < lb - 1e-9 * max(1.0, lb):  # a valid schedule below a "lower bound": the bound is wrong
+        run.notes.append(f"the analytic lower bound ({lb:g}) exceeds this valid schedule's makespan: it does not "
+                         "hold for this problem (a bug, please report it); no bound and no optimality is claimed")
+        lower, proven, lb = 0.0, False, 0.0
     status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
     if status == "optimal" and not proven and best.makespan > lb + 1e-9:
         status = "feasible"
