@@ -467,3 +467,21 @@ def test_a_window_drops_recompute_that_does_not_help():
     before = sum(1 for op in window.free if op.kind is _R)
     assert before > 0 and sum(1 for op in placed if op.kind is _R) < before
     assert check(composed).ok and composed.makespan < start.makespan
+
+
+def test_shedding_drops_recompute_the_makespan_does_not_need():
+    # every activation recomputed, memory unbounded: each R can go; the times stay, the schedule checks
+    from ppsolve.solvers.shed import shed_levers
+
+    problem = _lns_problem(recompute={"keep": 0.25, "time": 1})
+    keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
+    start = _serial(problem, keys)
+    shed = shed_levers(start)
+    assert check(shed).ok and shed.makespan <= start.makespan
+    assert shed.recomputed < start.recomputed
+    # what stays is needed: dropping any one more R breaks the cap
+    from ppsolve.memory import peak_memory
+
+    for op in (o for o in shed.ops if o.kind is _R):
+        peaks = peak_memory(problem, [o for o in shed.ops if o is not op])
+        assert any(p > c + 1e-9 for p, c in zip(peaks, problem.capacity))

@@ -11,7 +11,8 @@ Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
 search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least recompute time,
 then the least offloaded amount; only when the best schedule recomputes or offloads and the whole
-model is built).
+model is built), then a quick pass that drops each recompute and offload the makespan does not need
+(``ppsolve.solvers.shed``).
 
 Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model memory units) proves
 its optimum on that grid only, while the contract lets an amount be any real in (0, share]; on a
@@ -40,6 +41,7 @@ from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
+from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 
 # The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
@@ -64,6 +66,7 @@ WHOLE_MODEL_OPS = 3000
 LNS_AFTER_OPS = 200
 LNS_MIN_SECONDS = 5.0
 WHOLE_SHARE = 0.3
+SHED_TRIES = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
 
 
 def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
@@ -312,6 +315,19 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     return best
 
 
+def _shed(run: _Run, best: Schedule) -> Schedule:
+    """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
+    if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
+        shed = shed_levers(best, max_tries=SHED_TRIES)
+    else:
+        shed = shed_levers(best, until=time.monotonic() + max(0.0, run.budget.left()))
+    if overhead_key(shed) >= overhead_key(best):
+        return best
+    run.notes.append(f"dropped what the makespan does not need: recomputed {best.recomputed} -> {shed.recomputed}, "
+                     f"offloaded {best.offloaded:g} -> {shed.offloaded:g}")
+    return shed
+
+
 def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
@@ -342,6 +358,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     backend = load_backend(options.solver)
     if options.ignore_capacity:
         problem = problem.replace(capacity=None)
+    if not options.recompute:  # keep or offload only: the problem as if it had no recompute block
+        problem = problem.replace(recompute=None)
     require_feasible_capacity(problem)
     run = _Run(problem, options, budget, backend)
     try:
@@ -404,6 +422,9 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
                 best = _large_neighbourhoods(run, start, share - whole, keep)
     if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted and run.whole_model:
         best = _least_overhead(run, best, SHARE_OFFLOAD)
+    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted \
+            and run.least_overhead != "optimal":
+        best = _shed(run, best)
     from_warm = best is not None and best is warm
     if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
         best, from_warm = warm, True
