@@ -27,7 +27,7 @@ class Transfer:
 
     ``amount`` (model memory units) is a decision where the transfer is (0 when it is not), split as
     ``amount_r + amount_h``: the part released at B's end and the part of the weight hold (released at
-    W's end); the transfers' lengths follow it (:func:`transfer_sizes`). In a window model
+    W's end); the transfers' lengths follow it (:func:`transfer_rate`). In a window model
     (:func:`build_window_variables`) ``chosen`` may be True (the transfer is there), and a transfer
     fixed in time has ints for its start, end and amount and no interval.
     """
@@ -114,7 +114,7 @@ def optional_recompute(model: cp_model.CpModel, v: Variables, s: int, j: int, ch
 def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, chosen,
                       off_bounds: tuple[int, int], rel_bounds: tuple[int, int]) -> None:
     """OFFLOAD and RELOAD of (s, j), present iff ``chosen``, moving a variable amount (1 to the stage's
-    share when present, 0 when not); their lengths follow the amount (:func:`transfer_sizes`)."""
+    share when present, 0 when not); their lengths follow the amount (:func:`transfer_rate`)."""
     sc, p = v.scaling, v.problem
     top = sc.offload_amount[s]
     r = sc.activation[s] - (sc.weight_hold[s] if p.split_backward else 0)
