@@ -485,3 +485,29 @@ def test_shedding_drops_recompute_the_makespan_does_not_need():
     for op in (o for o in shed.ops if o.kind is _R):
         peaks = peak_memory(problem, [o for o in shed.ops if o is not op])
         assert any(p > c + 1e-9 for p, c in zip(peaks, problem.capacity))
+
+
+def test_overhead_windows_lower_recompute_at_the_same_makespan():
+    # every activation recomputed under a cap that needs only some: windows of one device drop R ops
+    # (placing the device's ops again), never lengthening the schedule
+    from ppsolve.solvers.budget import Budget, Limit
+    from ppsolve.solvers.cpsat import backend
+    from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
+    from ppsolve.solvers.progress import Progress
+    from ppsolve.solvers.scaling import build_scaling
+
+    problem = _lns_problem(recompute={"keep": 0.25, "time": 1}).replace(capacity=(2.5,) * 4)
+    keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
+    start = _serial(problem, keys)
+    budget = Budget(30, True)
+    best, windows, better = lower_overhead(problem, build_scaling(problem), SolveOptions(threads=1), budget,
+                                           Progress(budget, "cpsat"), backend, start, Limit(time_limit_from_now(20), 3.0))
+    assert windows > 0 and better > 0
+    assert check(best).ok and best.makespan <= start.makespan
+    assert overhead_key(best) < overhead_key(start)
+
+
+def time_limit_from_now(seconds: float) -> float:
+    import time
+
+    return time.monotonic() + seconds

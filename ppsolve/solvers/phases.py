@@ -11,7 +11,8 @@ Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
 search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least recompute time,
 then the least offloaded amount; only when the best schedule recomputes or offloads and the whole
-model is built), then a quick pass that drops each recompute and offload the makespan does not need
+model is built; on problems searched by windows, on windows of one device:
+``ppsolve.solvers.overhead_windows``), then a quick pass that drops each recompute and offload the makespan does not need
 (``ppsolve.solvers.shed``).
 
 Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model memory units) proves
@@ -41,6 +42,7 @@ from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
+from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 
@@ -292,11 +294,6 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: flo
     return best, lower, proven
 
 
-def overhead_key(schedule: Schedule) -> tuple[float, float]:
-    """What the OVERHEAD phase minimises, in the user's units: (recompute time, offloaded amount)."""
-    return round(schedule.recompute_time, 9), round(schedule.offloaded, 9)
-
-
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
@@ -313,6 +310,21 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     if better is not None and overhead_key(better) < overhead_key(best):
         return better
     return best
+
+
+def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
+    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
+    sc = run.scaling
+    run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // sc.overhead_weight),
+                       incumbent=best.recompute_time, at=f"(at makespan {best.makespan:g}, windows)", gap=False)
+    lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
+                                              best, run.budget.search(share))
+    run.progress.end_phase()
+    run.least_overhead = Status.FEASIBLE.value
+    if better:
+        run.notes.append(f"least overhead by windows: {better} of {windows} lowered it (recomputed {best.recomputed} "
+                         f"-> {lowered.recomputed}, offloaded {best.offloaded:g} -> {lowered.offloaded:g})")
+    return lowered
 
 
 def _shed(run: _Run, best: Schedule) -> Schedule:
@@ -408,7 +420,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     levers = run.use_offload or run.use_recompute
     share = SHARE_MAKESPAN_BEFORE_OFFLOAD if levers else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if levers and run.whole_model else 0.0
+    keep = SHARE_OFFLOAD if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
@@ -420,8 +432,11 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
                 best = _large_neighbourhoods(run, start, share - whole, keep)
-    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted and run.whole_model:
-        best = _least_overhead(run, best, SHARE_OFFLOAD)
+    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted:
+        if run.whole_model and run.lns is None:
+            best = _least_overhead(run, best, SHARE_OFFLOAD)
+        elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
+            best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
     if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted \
             and run.least_overhead != "optimal":
         best = _shed(run, best)

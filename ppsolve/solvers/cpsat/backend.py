@@ -115,7 +115,8 @@ def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> No
 
 def _build_window(task: PhaseTask) -> _Model:
     """The model of a window (``ppsolve.solvers.window``): the same constraint families on its free
-    ops, the fixed ops it refers to as constants; minimise the longest path through it."""
+    ops, the fixed ops it refers to as constants; minimise the longest path through it (Phase.OVERHEAD:
+    its overhead)."""
     window, sc = task.window, task.scaling
     model = cp_model.CpModel()
     v = build_window_variables(model, task.problem, sc, window, task.budget.check)
@@ -124,6 +125,8 @@ def _build_window(task: PhaseTask) -> _Model:
     constraints.transfers(v)
     constraints.memory(v, sc.capacity)
     ends = objective.window_paths(v, {op: sc.time(t, up=True, tolerance=SNAP) for op, t in window.tails.items()})
+    if task.phase is Phase.OVERHEAD:  # the free ops stay within their bounds: any placement is no longer
+        model.minimize(sc.overhead(objective.recompute_time(v), objective.offloaded_amount(v)))
     m = _Model(model, v, ends=ends)
     _hint_window(m, window)
     return m
@@ -385,9 +388,12 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
         m = _build(task)
     except EmptyWindow:  # a free op has no room between its bounds after rounding
         return PhaseAnswer(Status.INFEASIBLE)
-    if task.window is not None:
+    if task.window is not None and task.phase is Phase.MAKESPAN:
         return _run_window(m, task)
     r = _search(m, task, task.limit)
+    if task.window is not None:  # a window's least overhead (ppsolve.solvers.overhead_windows)
+        return PhaseAnswer(r.status, [_window_ops(m, task.window, r.values[-1])] if r.values else [], r.bound,
+                           r.interrupted, r.abandoned, by_clock=r.by_clock, work=r.work)
     return PhaseAnswer(r.status, [_model_ops(m, x) for x in r.values], r.bound, r.interrupted, r.abandoned,
                        by_clock=r.by_clock, work=r.work)
 
