@@ -45,7 +45,8 @@ class _Milp:
         H = sum(p.duration(k, s) for s in range(p.num_stages) for k in p.kinds + (_R,) if k is not _R
                 or p.recompute is not None) * p.microbatches
         if p.offload is not None:
-            H += sum(p.duration(k, s, p.max_offload(s)) for s in range(p.num_stages) for k in (_OFF, _REL)) * p.microbatches
+            H += p.microbatches * sum(p.duration(k, s, p.max_offload(s))
+                                      for s in range(p.num_stages) for k in (_OFF, _REL))
         self.M = H + 2 * p.microbatches * p.num_stages * p.p2p + 1
         self.C = self.var("C", 0, self.M)
         self._ops()
@@ -500,8 +501,9 @@ def test_overhead_windows_lower_recompute_at_the_same_makespan():
     keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
     start = _serial(problem, keys)
     budget = Budget(30, True)
+    limit = Limit(time_limit_from_now(20), 3.0)
     best, windows, better = lower_overhead(problem, build_scaling(problem), SolveOptions(threads=1), budget,
-                                           Progress(budget, "cpsat"), backend, start, Limit(time_limit_from_now(20), 3.0))
+                                           Progress(budget, "cpsat"), backend, start, limit)
     assert windows > 0 and better > 0
     assert check(best).ok and best.makespan <= start.makespan
     assert overhead_key(best) < overhead_key(start)

@@ -9,18 +9,20 @@ proven bound and the gap.
 
 Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
-search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least recompute time,
-then the least offloaded amount; only when the best schedule recomputes or offloads and the whole
-model is built; on problems searched by windows, on windows of one device:
-``ppsolve.solvers.overhead_windows``), then a quick pass that drops each recompute and offload the makespan does not need
-(``ppsolve.solvers.shed``).
+search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least
+recompute time, then the least offloaded amount; only when the best schedule
+recomputes or offloads: on the whole model, or where the search ran on windows,
+on windows of one device: ``ppsolve.solvers.overhead_windows``), then a quick
+pass that drops each recompute and offload the makespan does not need
+(``ppsolve.solvers.shed``). The ``memory`` objective runs MAKESPAN first when it
+needs the best makespan (a ``<factor>x`` limit), then MEMORY (least largest
+peak, then least sum of peaks, with C at most the limit).
 
-Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model memory units) proves
-its optimum on that grid only, while the contract lets an amount be any real in (0, share]; on a
-problem that can offload its proof is then no proof (``CONTINUOUS_AMOUNTS`` of the backend says
-otherwise), and only the foundation's bound is reported. The ``memory`` objective runs MAKESPAN first when it needs the best
-makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
-sum of peaks, with C at most the limit).
+Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model
+memory units) proves its optimum on that grid only, while the contract lets an
+amount be any real in (0, share]; on a problem that can offload its proof is
+then no proof (``CONTINUOUS_AMOUNTS`` of the backend says otherwise), and only
+the foundation's bound is reported.
 """
 
 from __future__ import annotations
@@ -267,7 +269,8 @@ def _infeasible(problem: Problem) -> InfeasibleError:
                            + (" with offload" if problem.can_offload else ""))
 
 
-def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
+def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
+                       keep: float) -> tuple[Schedule | None, float, bool]:
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
     sc, lb = run.scaling, run.lb

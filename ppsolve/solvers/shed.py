@@ -27,7 +27,8 @@ def _fits(problem, ops) -> bool:
 
 def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
     """What may be dropped, in the order tried: each R (longest first), then each transfer pair (largest first)."""
-    recomputes = sorted((op for op in schedule.ops if op.kind is OpKind.R), key=lambda o: (-(o.end - o.start), -o.start))
+    recomputes = sorted((op for op in schedule.ops if op.kind is OpKind.R),
+                        key=lambda o: (-(o.end - o.start), -o.start))
     offloads = sorted((op for op in schedule.ops if op.kind is OpKind.OFFLOAD), key=lambda o: (-o.amount, -o.start))
     return ([(op.op,) for op in recomputes]
             + [(op.op, Op(OpKind.RELOAD, op.stage, op.microbatch)) for op in offloads])

@@ -254,9 +254,10 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
         off, rel = Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j)
         if (s, j) in window.choosable:
             if problem.offload is not None and sc.offload_amount[s] > 0 and problem.max_offload(s) > 0:
-                bounds_of = lambda op: (up(window.low[op]), max(up(window.low[op]), down(window.high[op])))  # noqa: E731
-                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"), bounds_of(off),
-                                  bounds_of(rel))
+                lo_off, lo_rel = up(window.low[off]), up(window.low[rel])
+                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"),
+                                  (lo_off, max(lo_off, down(window.high[off]))),
+                                  (lo_rel, max(lo_rel, down(window.high[rel]))))
             continue
         parts = []
         for op in (off, rel):
