@@ -79,5 +79,6 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
         if (trial.makespan <= best.makespan + 1e-9 * max(1.0, best.makespan)
                 and overhead_key(trial) < overhead_key(best) and check(trial).ok):
             best, inc, better = Schedule(problem, start.method, trial.ops), Incumbent(trial), better + 1
-            progress.update(best.recompute_time * scaling.time_scale * scaling.overhead_weight)
+            progress.update(scaling.overhead(scaling.time(best.recompute_time),
+                                             scaling.memory(best.offloaded, up=False)))
     return best, windows, better

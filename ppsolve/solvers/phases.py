@@ -166,7 +166,7 @@ class _Run:
             answer = PhaseAnswer(Status.UNKNOWN)
         except KeyboardInterrupt:  # while building (a search stops itself and says interrupted)
             answer = PhaseAnswer(Status.UNKNOWN, interrupted=True)
-        if answer.bound is not None:
+        if answer.bound is not None and self.amounts_exact:
             self.progress.update(bound=answer.bound)  # a proof found without a callback (e.g. in presolve)
         self.progress.end_phase()
         if limit.deterministic is not None and (answer.by_clock or answer.abandoned):
@@ -297,13 +297,22 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
     return best, lower, proven
 
 
+def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
+    """The OVERHEAD phase's progress line: the recompute time (the objective's first part) where the
+    problem can recompute, else the offloaded amount, in the user's units."""
+    weight = run.scaling.overhead_weight
+    if run.use_recompute:
+        run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // weight),
+                           incumbent=best.recompute_time, at=at, gap=False)
+    else:
+        run.progress.phase("least overhead", "offloaded", lambda x: run.user_memory(x % weight),
+                           incumbent=best.offloaded, at=at, gap=False)
+
+
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    # the progress line shows the recompute time (the objective's first part), in the user's units
-    run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // sc.overhead_weight),
-                       incumbent=best.recompute_time,
-                       at=f"(at makespan {best.makespan:g})", gap=False)
+    _overhead_progress(run, best, f"(at makespan {best.makespan:g})")
     answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=sc.time(best.makespan))
     status = answer.status
     if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
@@ -318,8 +327,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
 def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
     sc = run.scaling
-    run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // sc.overhead_weight),
-                       incumbent=best.recompute_time, at=f"(at makespan {best.makespan:g}, windows)", gap=False)
+    _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
     lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
                                               best, run.budget.search(share))
     run.progress.end_phase()
@@ -494,8 +502,9 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
         if options.makespan_limit is not None:
             raise NoSolutionError(f"no schedule within makespan limit {cap_time:g} was found in time")
         raise NoSolutionError("no schedule was found within the time limit")
-    mem_lower = run.user_memory(answer.bound) if answer.bound is not None and sc.exact else None
-    proven = answer.status is Status.OPTIMAL and sc.exact
+    exact = sc.exact and run.amounts_exact  # a grid of amounts proves nothing about finer ones
+    mem_lower = run.user_memory(answer.bound) if answer.bound is not None and exact else None
+    proven = answer.status is Status.OPTIMAL and exact
     status = "optimal" if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
         else "feasible"
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)

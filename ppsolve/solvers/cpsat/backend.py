@@ -317,6 +317,8 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
         self.task = task
         self.weight = weight
         self.history: list[dict[int, int]] = []
+        # offloaded amounts on the model's grid: its bound holds on the grid only, so it is not shown
+        self.bound_holds = not (task.options.offload and task.problem.can_offload)
 
     def primary(self, value: float) -> float:
         return value // self.weight if self.weight > 1 else value
@@ -324,10 +326,11 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         self.history.append({var.Index(): self.Value(var) for var in self.keys})
         if self.task.window is None:  # a window's objective is no makespan: its driver reports
-            self.task.progress.update(self.primary(self.ObjectiveValue()), self.primary(self.BestObjectiveBound()))
+            bound = self.primary(self.BestObjectiveBound()) if self.bound_holds else None
+            self.task.progress.update(self.primary(self.ObjectiveValue()), bound)
 
     def on_bound(self, bound: float) -> None:
-        if self.task.window is None:
+        if self.task.window is None and self.bound_holds:
             self.task.progress.update(bound=self.primary(bound))
 
 
