@@ -6,7 +6,8 @@ Each backend solves each problem once through ``ppsolve.solvers.solve`` (the sam
 phases and checks); "proof" is the wall time of the run when it ended proven optimal (the
 least-offload phase included), else "-"; the gap is against the reported lower bound; "engine"
 is the one that searched (``method.engine``: HiGHS, or CBC when highspy is missing); "(least)"
-marks an offloaded amount proven the least at that makespan (``method.least_offload``).
+marks an overhead (recompute time, then offloaded amount) proven the least at that makespan
+(``method.least_overhead``; ``least_offload`` in older files).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
     proof = f"{r.seconds:.1f}" if r.status == "optimal" else "-"
     engine = r.schedule.method.extra.get("engine", "-")
     offloaded = f"{r.schedule.offloaded:g}"
-    if r.schedule.method.extra.get("least_offload") == "optimal":
+    extra = r.schedule.method.extra
+    if extra.get("least_overhead", extra.get("least_offload")) == "optimal":
         offloaded += " (least)"
     return [r.status, f"{r.schedule.makespan:g}", f"{r.gap:.2%}", proof, offloaded, engine]
 

@@ -4,8 +4,9 @@
 again without them for the ones the caps refuse), and reads the bounds, so that
 ``ppsolve solve`` can say in a few lines: which published schedule is the best
 that fits and how much faster the solve is; which ones the cap refuses and what
-they would need; whether a remaining gap is the bound's or the schedule's; why
-offload was or was not used; and what memory cap reaches the unbounded speed.
+they would need; whether a remaining gap is the bound's or the schedule's; which
+memory lever (recompute, offload) was used where and why; and what memory cap reaches the unbounded
+speed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Advice:
     least_cap_by: str | None
     least_cap_command: str | None
     notes: tuple[str, ...] = field(default=())
+    recompute: str | None = None  # None: the problem cannot recompute (no line)
 
     @property
     def speedup(self) -> float | None:
@@ -76,7 +78,7 @@ class Advice:
                 "faster_by": round(self.speedup, 6)},
             "refused_by_capacity": [{"name": r.name, "needs": r.need, "device": r.device, "capacity": r.capacity,
                                      "makespan": r.makespan} for r in self.refused],
-            "gap": self.gap, "offload": self.offload,
+            "gap": self.gap, "offload": self.offload, "recompute": self.recompute,
             "unbounded_makespan": self.unbounded_makespan,
             "least_capacity_for_unbounded_makespan": self.least_cap, "least_capacity_by": self.least_cap_by,
             "least_capacity_command": self.least_cap_command,
@@ -97,6 +99,8 @@ class Advice:
             out.append(f"refused by the cap ({self.refused[0].capacity:g}): {shown}"
                        + (f"; {more} more (--json lists them)" if more > 0 else ""))
         out.append(f"gap: {self.gap}")
+        if self.recompute is not None:
+            out.append(f"recompute: {self.recompute}")
         out.append(f"offload: {self.offload}")
         if self.least_cap is not None:
             exact = "" if self.least_cap_command is None else " (at most; the least is found by the command below)"
@@ -170,8 +174,50 @@ def explain_gap(schedule: Schedule, status: str, lower_bound: float, problem_pat
     return text
 
 
+def _least_overhead_proven(schedule: Schedule) -> bool:
+    extra = schedule.method.extra
+    return extra.get("least_overhead", extra.get("least_offload")) == "optimal"
+
+
+def _in_flight(problem: Problem, stage: int) -> str:
+    """How many whole activations of ``stage`` its device's cap holds at once."""
+    device = problem.placement[stage]
+    cap = problem.capacity[device]
+    act = problem.activation[stage]
+    held = int(cap / act + _TOL)
+    return (f"the cap ({cap:g}) holds {held} whole activation{'' if held == 1 else 's'} of stage {stage} "
+            f"on device {device} at once")
+
+
+def explain_recompute(schedule: Schedule) -> str | None:
+    """Why the schedule recomputes activations, where, and at what cost, or why it does not (None: the
+    problem cannot recompute)."""
+    problem = schedule.problem
+    if problem.recompute is None:
+        return None
+    if not problem.can_recompute:
+        return "not possible: every stage's recompute keeps its whole activation"
+    unbounded = all(cap is None for cap in problem.capacity)
+    n, total = schedule.recomputed, problem.num_stages * problem.microbatches
+    if n == 0:
+        if unbounded:
+            return "not used: memory is unbounded, so rerunning forwards cannot make it faster"
+        return ("not used: this makespan is reached within the cap without it "
+                f"(peak {max(schedule.peak_memory):g}; a recompute costs compute time and is used only where it helps)")
+    by_stage = schedule.recomputed_by_stage()
+    where = ", ".join(f"stage {s}: {len(js)}" for s, js in by_stage.items())
+    text = f"{n} of {total} activations ({where}), {schedule.recompute_time:g} of compute time"
+    if unbounded:
+        return text + "; memory is unbounded"
+    first = min(by_stage, key=lambda s: (problem.capacity[problem.placement[s]] or 0) / problem.activation[s])
+    text += f"; {_in_flight(problem, first)}"
+    return text + ("; no schedule at this makespan recomputes less (proven)" if _least_overhead_proven(schedule)
+                   else "; the least recompute found at this makespan")
+
+
 def explain_offload(schedule: Schedule) -> str:
-    """Why the schedule moves activations to host memory, or why it does not."""
+    """Why the schedule moves activations to host memory, or why it does not (the other lever:
+    :func:`explain_recompute`; both: :func:`explain_levers`)."""
     problem = schedule.problem
     if problem.offload is None:
         return "not possible: the problem has no offload block"
@@ -185,15 +231,22 @@ def explain_offload(schedule: Schedule) -> str:
     if schedule.offloaded > 0:
         no_off = min_capacity(problem, offload=False)
         short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + _TOL]
-        if short:
+        if short and not problem.can_recompute:
             return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
                     f"(device {short[0]} needs {no_off[short[0]]:g})")
-        proven = schedule.method.extra.get("least_offload") == "optimal"
-        return (f"used ({schedule.offloaded:g} moved): the cap limits how many microbatches are in flight; "
-                + ("no schedule at this makespan offloads less (proven)" if proven
+        stages = sorted(schedule.offloaded_by_stage())
+        return (f"used ({schedule.offloaded:g} moved, stage{'' if len(stages) == 1 else 's'} "
+                f"{', '.join(map(str, stages))}): "
+                f"{_in_flight(problem, stages[0])}; "
+                + ("no schedule at this makespan has less overhead (proven)" if _least_overhead_proven(schedule)
                    else "this is the least offload found at this makespan"))
     return ("not used: this makespan is reached within the cap without it "
             f"(peak {max(schedule.peak_memory):g}; offload costs host-link time and is used only where it helps)")
+
+
+def explain_levers(schedule: Schedule) -> tuple[str | None, str]:
+    """(recompute, offload): which memory lever the schedule uses where, and why."""
+    return explain_recompute(schedule), explain_offload(schedule)
 
 
 def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, float | None, str | None, str | None]:
@@ -237,4 +290,5 @@ def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: floa
     unbounded, cap, by, command = least_cap(schedule, problem_path)
     return Advice(makespan=schedule.makespan, best=best, refused=tuple(refused),
                   gap=explain_gap(schedule, status, lower_bound, problem_path), offload=explain_offload(schedule),
+                  recompute=explain_recompute(schedule),
                   unbounded_makespan=unbounded, least_cap=cap, least_cap_by=by, least_cap_command=command)

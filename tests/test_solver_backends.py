@@ -113,27 +113,44 @@ CROSS = [
 ]
 
 
+def continuous(solver: str) -> bool:
+    """Whether the backend's offloaded amounts are continuous (else on a grid: its proof is for the grid)."""
+    return bool(getattr(load_backend(solver), "CONTINUOUS_AMOUNTS", False))
+
+
+def model_optimal(result) -> bool:
+    """Optimal, or optimal on the backend's grid of offloaded amounts (its model's bound reached)."""
+    bound = result.model_bound
+    return result.status == "optimal" or (bound is not None and result.schedule.makespan <= bound + 1e-9)
+
+
 @pytest.mark.parametrize("case", CROSS, ids=[str(i) for i in range(len(CROSS))])
 def test_same_optimum_as_cpsat(solver, case):
     problem = make_problem(**case)
     reference = solved(problem, "cpsat")
-    assert reference.status == "optimal"
+    assert model_optimal(reference)
     result = reference if solver == "cpsat" else solved(problem, solver, time_limit=120)
-    assert result.status == "optimal"
-    assert result.schedule.makespan == pytest.approx(reference.schedule.makespan)
-    # and the least offload at that makespan (phase two) agrees too
-    assert result.schedule.offloaded == pytest.approx(reference.schedule.offloaded)
+    assert model_optimal(result)
+    if not problem.can_offload or continuous(solver) == continuous("cpsat"):
+        assert result.schedule.makespan == pytest.approx(reference.schedule.makespan)
+        # and the least overhead at that makespan (phase two) agrees too
+        assert result.schedule.offloaded == pytest.approx(reference.schedule.offloaded)
+    elif continuous(solver):  # continuous amounts: at most CP-SAT's grid optimum
+        assert result.schedule.makespan <= reference.schedule.makespan + 1e-9
+    else:  # whole shares only: at least CP-SAT's grid optimum (the grid holds the whole shares)
+        assert result.schedule.makespan >= reference.schedule.makespan - 1e-9
 
 
 def test_offload_used_only_when_it_helps(solver):
     problem = make_problem(devices=2, microbatches=3, memory_capacity=1, offload=OFFLOAD_2)
     with_off = solved(problem, solver)
     without = solved(problem, solver, offload=False)
-    assert without.status == "optimal" and with_off.status == "optimal"
+    assert without.status == "optimal" and model_optimal(with_off)
     assert with_off.schedule.makespan < without.schedule.makespan
     assert with_off.schedule.offloaded > 0
-    assert with_off.schedule.method.extra["least_offload"] == "optimal"  # the least amount at that makespan
-    assert "least_offload" not in without.schedule.method.extra  # no offload phase without offload
+    # the least amount at that makespan, proven only where amounts are continuous
+    assert with_off.schedule.method.extra["least_overhead"] == ("optimal" if continuous(solver) else "feasible")
+    assert "least_overhead" not in without.schedule.method.extra  # no overhead phase without a lever
     # unbounded memory: transfers can only cost, so nothing moves
     assert solved(make_problem(devices=2, microbatches=3, offload=OFFLOAD_2), solver).schedule.offloaded == 0
 

@@ -28,6 +28,14 @@ def solved(problem, **changes):
     return result
 
 
+def model_optimal(result) -> bool:
+    """Optimal, or (offload: amounts on the model's grid) the model proved its makespan the least on its grid."""
+    if result.status == "optimal":
+        return True
+    bound = result.model_bound
+    return bound is not None and result.schedule.makespan <= bound + 1e-9
+
+
 SYMMETRY_CASES = [
     dict(devices=3, microbatches=4, memory_capacity=2),
     dict(devices=2, microbatches=4, time_forward=[1, 3], time_backward_input=[2, 1], memory_capacity=[2, 1]),
@@ -47,7 +55,7 @@ def test_symmetry_breaking_loses_nothing(case):
     problem = make_problem(**case)
     with_sym = solved(problem, symmetry=True, warm_start="none")
     without = solved(problem, symmetry=False, warm_start="none", time_limit=20)
-    assert with_sym.status == without.status == "optimal"
+    assert model_optimal(with_sym) and model_optimal(without)
     assert with_sym.schedule.makespan == pytest.approx(without.schedule.makespan)
 
 
@@ -62,7 +70,7 @@ def test_offload_chosen_when_it_helps():
     without = solved(problem, offload=False)
     assert with_off.schedule.makespan < without.schedule.makespan
     assert with_off.schedule.offloaded > 0
-    assert with_off.status == "optimal"
+    assert model_optimal(with_off)
 
 
 def test_offload_not_chosen_when_useless():
@@ -150,7 +158,7 @@ def test_tail_cuts_lose_nothing_with_offload(case, monkeypatch):
     with_cuts = solved(problem, warm_start="none")
     monkeypatch.setattr(constraints, "tail_cuts", lambda *a, **k: None)
     without = solved(problem, warm_start="none", time_limit=20)
-    assert with_cuts.status == without.status == "optimal"
+    assert model_optimal(with_cuts) and model_optimal(without)
     assert with_cuts.schedule.makespan == pytest.approx(without.schedule.makespan)
 
 

@@ -37,7 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(the file notes when the time limit cut a step short instead)")
     parser.add_argument("--seed", type=int, default=0, metavar="K", help="random seed (default 0)")
     parser.add_argument("--objective", choices=("makespan", "memory"), default="makespan",
-                        help="makespan (default; then the least offload) or memory (least peak under a makespan limit)")
+                        help="makespan (default; then the least overhead: recompute time, then offloaded "
+                             "amount) or memory (least peak under a makespan limit)")
     parser.add_argument("--makespan-limit", default=None, metavar="T",
                         help="with --objective memory: an absolute makespan, or e.g. 1.02x of the best known one")
     parser.add_argument("--warm-start", default="auto", metavar="METHOD|auto|none|FILE",

@@ -73,7 +73,7 @@ class SolveOptions:
     command: writing the file, comparing with the published schedules). ``threads=1`` with a
     ``seed`` is deterministic while the deterministic limits (derived from ``time_limit``) end each
     step; the wall clock stays the hard limit (see ``ppsolve.solvers.budget``).
-    ``symmetry`` and ``offload`` exist for experiments and tests.
+    ``symmetry``, ``offload`` and ``recompute`` exist for experiments and tests.
     """
 
     solver: str = "cpsat"
@@ -88,6 +88,7 @@ class SolveOptions:
     ignore_capacity: bool = False
     symmetry: bool = True
     offload: bool = True
+    recompute: bool = True  # the problem's recompute block may be used (False: keep or offload only)
     stream: TextIO | None = None
     started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
     keep_after: float = 0.0

@@ -208,7 +208,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
         tail = tail or (orders and clock() - last_gain >= TAIL_STALL * total)
         if tail:
             window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest), inc.makespan,
-                                 offload, orders)
+                                 offload, orders, options.recompute)
             windows = [window] if window is not None else []
         for _ in range(0 if tail else PICKS_PER_WINDOW * batch):
             if len(windows) == batch:
@@ -216,7 +216,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             devices, t0, t1 = _pick(inc, rng, size)
             if not all(w.may_be_independent(inc, devices, t0, t1) for w in windows):
                 continue  # not worth building
-            window = make_window(inc, devices, t0, t1, offload, orders)
+            window = make_window(inc, devices, t0, t1, offload, orders, options.recompute)
             if window is not None and all(window.independent(w) for w in windows):
                 windows.append(window)
         seconds = TAIL_SECONDS if tail else WINDOW_SECONDS

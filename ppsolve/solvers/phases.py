@@ -9,10 +9,20 @@ proven bound and the gap.
 
 Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
-search: ``ppsolve.solvers.lns``), then OFFLOAD (at that makespan, minimise the
-offloaded amount; only when the best schedule offloads and the whole model is built). The ``memory`` objective runs MAKESPAN first when it needs the best
-makespan (a ``<factor>x`` limit), then MEMORY (least largest peak, then least
-sum of peaks, with C at most the limit).
+search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least
+recompute time, then the least offloaded amount; only when the best schedule
+recomputes or offloads: on the whole model, or where the search ran on windows,
+on windows of one device: ``ppsolve.solvers.overhead_windows``), then a quick
+pass that drops each recompute and offload the makespan does not need
+(``ppsolve.solvers.shed``). The ``memory`` objective runs MAKESPAN first when it
+needs the best makespan (a ``<factor>x`` limit), then MEMORY (least largest
+peak, then least sum of peaks, with C at most the limit).
+
+Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model
+memory units) proves its optimum on that grid only, while the contract lets an
+amount be any real in (0, share]; on a problem that can offload its proof is
+then no proof (``CONTINUOUS_AMOUNTS`` of the backend says otherwise), and only
+the foundation's bound is reported.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from types import ModuleType
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
@@ -33,6 +44,8 @@ from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling
+from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
+from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 
 # The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
@@ -57,13 +70,16 @@ WHOLE_MODEL_OPS = 3000
 LNS_AFTER_OPS = 200
 LNS_MIN_SECONDS = 5.0
 WHOLE_SHARE = 0.3
+SHED_TRIES = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
 
 
-def model_ops(problem: Problem, offload: bool) -> int:
-    """How many ops a model of the whole problem places."""
+def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
+    """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
     n = problem.num_stages * problem.microbatches * len(problem.kinds)
     if offload and problem.can_offload:
         n += 2 * problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.max_offload(s) > 0)
+    if recompute and problem.can_recompute:
+        n += problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.recompute_saving(s) > 0)
     return n
 
 
@@ -113,15 +129,19 @@ class _Run:
         self.notes: list[str] = []
         self.interrupted = False
         self.use_offload = options.offload and problem.can_offload
+        self.use_recompute = options.recompute and problem.can_recompute
+        # the backend's proof holds for the contract's continuous offloaded amounts
+        self.amounts_exact = not self.use_offload or bool(getattr(backend, "CONTINUOUS_AMOUNTS", False))
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
-        self.ops = model_ops(problem, self.use_offload)
+        self.ops = model_ops(problem, self.use_offload, self.use_recompute)
         self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
         self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
-        self.least_offload: str | None = None  # the OFFLOAD phase's status, if it ran
+        self.least_overhead: str | None = None  # the OVERHEAD phase's status, if it ran
+        self.grid_optimal = False  # the makespan model proved its optimum on its grid of amounts only
 
     def user_time(self, x: float) -> float:
         return round(x / self.scaling.time_scale, 9)
@@ -146,7 +166,7 @@ class _Run:
             answer = PhaseAnswer(Status.UNKNOWN)
         except KeyboardInterrupt:  # while building (a search stops itself and says interrupted)
             answer = PhaseAnswer(Status.UNKNOWN, interrupted=True)
-        if answer.bound is not None:
+        if answer.bound is not None and self.amounts_exact:
             self.progress.update(bound=answer.bound)  # a proof found without a callback (e.g. in presolve)
         self.progress.end_phase()
         if limit.deterministic is not None and (answer.by_clock or answer.abandoned):
@@ -172,12 +192,18 @@ class _Run:
         return None, False
 
 
-def _representable(schedule: Schedule, scaling: Scaling, offload: bool) -> bool:
-    """Whether the warm start is a solution of the model (so its makespan bounds the horizon)."""
+def _representable(schedule: Schedule, scaling: Scaling, offload: bool, recompute: bool = True) -> bool:
+    """Whether the warm start is a solution of the model (so its makespan bounds the horizon): exact
+    scaling, every time and offloaded amount on the model's grid, and only the levers it may use."""
     if not scaling.exact:
         return False
+    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= 1e-6  # noqa: E731
     for op in schedule.ops:
-        if op.kind.is_transfer and (not offload or abs(op.amount - schedule.problem.max_offload(op.stage)) > 1e-9):
+        if op.kind.is_transfer and (not offload or not on_grid(op.amount, scaling.memory_scale)):
+            return False
+        if op.kind is OpKind.R and not recompute:
+            return False
+        if not (on_grid(op.start, scaling.time_scale) and on_grid(op.end, scaling.time_scale)):
             return False
     return True
 
@@ -240,18 +266,19 @@ def _infeasible(problem: Problem) -> InfeasibleError:
                            + ", ".join("unbounded" if c is None else f"{c:g}" for c in problem.capacity)
                            + "); the least capacity that could work is "
                            + ", ".join(f"{c:g}" for c in need)
-                           + (" with offload" if problem.can_offload else "")
-                           + (" (the solver model offloads whole shares only)" if problem.can_offload else ""))
+                           + (" with offload" if problem.can_offload else ""))
 
 
-def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: float) -> tuple[Schedule | None, float, bool]:
+def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
+                       keep: float) -> tuple[Schedule | None, float, bool]:
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
     sc, lb = run.scaling, run.lb
     if warm is not None and warm.makespan <= lb + 1e-9 * max(1.0, lb):
         run.progress.message(f"the warm start reaches the lower bound {lb:g}: no makespan search needed")
         return warm, lb, True
-    upper = sc.time(warm.makespan) if warm is not None and _representable(warm, sc, run.use_offload) else None
+    upper = (sc.time(warm.makespan) if warm is not None
+             and _representable(warm, sc, run.use_offload, run.options.recompute) else None)
     run.progress.phase("makespan", "makespan", run.user_time, incumbent=warm.makespan if warm else None)
     answer = run.phase(Phase.MAKESPAN, run.budget.search(share, keep), warm, horizon=upper)
     if answer.status is Status.INFEASIBLE:
@@ -260,22 +287,68 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float, keep: flo
         run.notes.append("the model has no solution within the warm start's makespan; keeping the warm start")
     model_bound = run.user_time(answer.bound) if answer.bound is not None and sc.exact else None
     run.model_bound = model_bound
-    lower = max(lb, model_bound) if model_bound is not None else lb
+    if not run.amounts_exact:  # its bound holds on the model's grid of amounts only
+        lower = lb
+        run.grid_optimal = answer.status is Status.OPTIMAL
+    else:
+        lower = max(lb, model_bound) if model_bound is not None else lb
     best, newest = run.best_of(answer)
-    proven = answer.status is Status.OPTIMAL and sc.exact and newest
+    proven = answer.status is Status.OPTIMAL and sc.exact and newest and run.amounts_exact
     return best, lower, proven
 
 
-def _least_offload(run: _Run, best: Schedule, share: float) -> Schedule:
-    """Phase OFFLOAD: at the makespan of ``best``, the least offloaded amount."""
-    run.progress.phase("least offload", "offloaded", run.user_memory, incumbent=best.offloaded,
-                       at=f"(at makespan {best.makespan:g})", gap=False)
-    answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=run.scaling.time(best.makespan))
-    run.least_offload = answer.status.value  # "optimal": no schedule at this makespan offloads less
+def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
+    """The OVERHEAD phase's progress line: the recompute time (the objective's first part) where the
+    problem can recompute, else the offloaded amount, in the user's units."""
+    weight = run.scaling.overhead_weight
+    if run.use_recompute:
+        run.progress.phase("least overhead", "recompute time", lambda x: run.user_time(x // weight),
+                           incumbent=best.recompute_time, at=at, gap=False)
+    else:
+        run.progress.phase("least overhead", "offloaded", lambda x: run.user_memory(x % weight),
+                           incumbent=best.offloaded, at=at, gap=False)
+
+
+def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
+    """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
+    sc = run.scaling
+    _overhead_progress(run, best, f"(at makespan {best.makespan:g})")
+    answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=sc.time(best.makespan))
+    status = answer.status
+    if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
+        status = Status.FEASIBLE  # least on the model's grid of amounts only
+    run.least_overhead = status.value  # "optimal": no schedule at this makespan has less overhead
     better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
-    if better is not None and better.offloaded < best.offloaded - 1e-12:
+    if better is not None and overhead_key(better) < overhead_key(best):
         return better
     return best
+
+
+def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
+    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
+    sc = run.scaling
+    _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
+    lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
+                                              best, run.budget.search(share))
+    run.progress.end_phase()
+    run.least_overhead = Status.FEASIBLE.value
+    if better:
+        run.notes.append(f"least overhead by windows: {better} of {windows} lowered it (recomputed {best.recomputed} "
+                         f"-> {lowered.recomputed}, offloaded {best.offloaded:g} -> {lowered.offloaded:g})")
+    return lowered
+
+
+def _shed(run: _Run, best: Schedule) -> Schedule:
+    """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
+    if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
+        shed = shed_levers(best, max_tries=SHED_TRIES)
+    else:
+        shed = shed_levers(best, until=time.monotonic() + max(0.0, run.budget.left()))
+    if overhead_key(shed) >= overhead_key(best):
+        return best
+    run.notes.append(f"dropped what the makespan does not need: recomputed {best.recomputed} -> {shed.recomputed}, "
+                     f"offloaded {best.offloaded:g} -> {shed.offloaded:g}")
+    return shed
 
 
 def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -> Schedule:
@@ -287,8 +360,8 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     sc = run.scaling
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
-    if run.least_offload is not None:
-        extra["least_offload"] = run.least_offload
+    if run.least_overhead is not None:
+        extra["least_overhead"] = run.least_overhead
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
@@ -308,6 +381,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     backend = load_backend(options.solver)
     if options.ignore_capacity:
         problem = problem.replace(capacity=None)
+    if not options.recompute:  # keep or offload only: the problem as if it had no recompute block
+        problem = problem.replace(recompute=None)
     require_feasible_capacity(problem)
     run = _Run(problem, options, budget, backend)
     try:
@@ -354,8 +429,9 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
 
 def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
-    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if run.use_offload else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if run.use_offload and run.whole_model else 0.0
+    levers = run.use_offload or run.use_recompute
+    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if levers else SHARE_MAKESPAN
+    keep = SHARE_OFFLOAD if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
@@ -367,8 +443,14 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
                 best = _large_neighbourhoods(run, start, share - whole, keep)
-    if best is not None and best.offloaded > 0 and not run.interrupted and run.whole_model:
-        best = _least_offload(run, best, SHARE_OFFLOAD)
+    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted:
+        if run.whole_model and run.lns is None:
+            best = _least_overhead(run, best, SHARE_OFFLOAD)
+        elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
+            best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
+    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted \
+            and run.least_overhead != "optimal":
+        best = _shed(run, best)
     from_warm = best is not None and best is warm
     if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
         best, from_warm = warm, True
@@ -377,9 +459,16 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         if run.interrupted:
             raise NoSolutionError("interrupted before any schedule was found")
         raise NoSolutionError(f"no schedule found within the time limit ({options.time_limit:g} s)")
+    if best.makespan < lb - 1e-9 * max(1.0, lb):  # a valid schedule below a "lower bound": the bound is wrong
+        run.notes.append(f"the analytic lower bound ({lb:g}) exceeds this valid schedule's makespan: it does not "
+                         "hold for this problem (a bug, please report it); no bound and no optimality is claimed")
+        lower, proven, lb = 0.0, False, 0.0
     status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
     if status == "optimal" and not proven and best.makespan > lb + 1e-9:
         status = "feasible"
+    if status == "feasible" and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
+        run.notes.append(f"optimal among schedules that offload multiples of {1 / run.scaling.memory_scale:g} "
+                         "memory units; a finer amount might be faster, so the bound is the analytic one")
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
                     warm_start=warm.method.name if warm is not None else None)
     return SolveResult(final, status, lower, final.gap or 0.0, final.method.seconds, run.interrupted, from_warm,
@@ -413,8 +502,9 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
         if options.makespan_limit is not None:
             raise NoSolutionError(f"no schedule within makespan limit {cap_time:g} was found in time")
         raise NoSolutionError("no schedule was found within the time limit")
-    mem_lower = run.user_memory(answer.bound) if answer.bound is not None and sc.exact else None
-    proven = answer.status is Status.OPTIMAL and sc.exact
+    exact = sc.exact and run.amounts_exact  # a grid of amounts proves nothing about finer ones
+    mem_lower = run.user_memory(answer.bound) if answer.bound is not None and exact else None
+    proven = answer.status is Status.OPTIMAL and exact
     status = "optimal" if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
         else "feasible"
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)

@@ -10,8 +10,8 @@ the window (``PhaseTask.window``) places the free ops again:
 * a dependency on or of a fixed op is a constant bound (``fixed`` holds those ops, timed);
 * memory: on each device of the window, every (stage, microbatch) whose activation is held at
   some time the free ops may take (``keys``), its fixed ops at their times;
-* offload: a (stage, microbatch) whose F and B are both free may gain or lose its transfers
-  (``choosable``).
+* keep / offload / recompute: a (stage, microbatch) whose F and B are both free may gain or lose
+  its transfers (with any amount) or its R (``choosable``).
 
 Whatever the model returns keeps every fixed op where it was, so the schedule it composes
 (:func:`compose`) is valid when the model is; the runtime's re-timing then moves later ops
@@ -37,8 +37,8 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime, simulate
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
-_ALL_KINDS = (_F, _B, _W, _OFF, _REL)
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
+_ALL_KINDS = (_F, _B, _W, _R, _OFF, _REL)
 Key = tuple[int, int]  # (stage, microbatch)
 
 
@@ -55,7 +55,7 @@ class Window:
     high: dict[Op, float]  # latest end of the same
     tails: dict[Op, float]  # longest path of fixed ops after each of those ends
     keys: tuple[Key, ...]  # (stage, microbatch) whose memory the model tracks
-    choosable: frozenset[Key]  # offload may be added or dropped
+    choosable: frozenset[Key]  # offload (any amount) or recompute may be added or dropped
     current: float  # the longest path through the window (end + tail, the largest) as the incumbent has it
     flow: float  # the sum of the ends of its free compute ops, as the incumbent has them
     horizon: float  # the latest time in the model: the incumbent's makespan (twice it with ``orders``)
@@ -202,7 +202,7 @@ def link_closed(problem: Problem, devices) -> tuple[int, ...]:
 
 
 def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: float, offload: bool,
-                orders: bool = False) -> Window | None:
+                orders: bool = False, recompute: bool = True) -> Window | None:
     """The window of ``devices`` (closed under host links) and [t0, t1), or None when it frees nothing.
 
     ``t0`` may differ by device (a mapping device -> t0, covering ``devices``): a tail window frees
@@ -270,20 +270,28 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
     by_op = inc.by_op
 
     choosable: set[Key] = set()
-    if offload and p.can_offload:
-        for op in free:
-            if op.kind is not _F or p.max_offload(op.stage) <= 0 or Op(_B, op.stage, op.microbatch) not in free_ops:
-                continue
-            s, j = op.stage, op.microbatch
-            off, rel = by_op.get(Op(_OFF, s, j)), by_op.get(Op(_REL, s, j))
-            if off is None or (off.op in free_ops and rel.op in free_ops
-                               and abs(off.amount - p.max_offload(s)) <= 1e-9 * max(1.0, off.amount)):
-                choosable.add((s, j))
-                for kind in (_OFF, _REL):
-                    lo, hi, nxt = lane_bounds[p.lane(op.device, kind)]
-                    low[Op(kind, s, j)], high[Op(kind, s, j)] = lo, hi
-                    if nxt is not None:
-                        next_fixed[Op(kind, s, j)] = nxt
+    can_offload = offload and p.can_offload
+    can_recompute = recompute and p.can_recompute
+    for op in free if can_offload or can_recompute else ():
+        s, j = op.stage, op.microbatch
+        if op.kind is not _F or Op(_B, s, j) not in free_ops:
+            continue
+        off = by_op.get(Op(_OFF, s, j))
+        offloadable = can_offload and p.max_offload(s) > 0
+        if not (offloadable or (can_recompute and p.recompute_saving(s) > 0)):
+            continue
+        if off is not None and not (offloadable and off.op in free_ops and Op(_REL, s, j) in free_ops):
+            continue
+        choosable.add((s, j))
+        low[Op(_R, s, j)], high[Op(_R, s, j)] = low[op.op], high[op.op]
+        if op.op in next_fixed:
+            next_fixed[Op(_R, s, j)] = next_fixed[op.op]
+        if offloadable:
+            for kind in (_OFF, _REL):
+                lo, hi, nxt = lane_bounds[p.lane(op.device, kind)]
+                low[Op(kind, s, j)], high[Op(kind, s, j)] = lo, hi
+                if nxt is not None:
+                    next_fixed[Op(kind, s, j)] = nxt
 
     fixed: dict[Op, ScheduledOp] = {}
     movable = set(low)  # free ops and the transfers the model may add
@@ -315,7 +323,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
                 keys.add(key)
     memory_keys = sorted(k for k in keys if p.capacity[p.placement[k[0]]] is not None)
     for s, j in memory_keys:
-        for kind in p.kinds + ((_OFF, _REL) if p.offload is not None else ()):
+        for kind in p.kinds + ((_OFF, _REL) if p.offload is not None else ()) + ((_R,) if p.recompute else ()):
             need(Op(kind, s, j))
 
     tails: dict[Op, float] = {}

@@ -65,7 +65,7 @@ def _build(task: PhaseTask) -> _Model:
     model = cp_model.CpModel()
     use_offload = options.offload and problem.can_offload
     upper = task.makespan_cap if task.makespan_cap is not None else task.horizon
-    v = build_variables(model, problem, scaling, use_offload, upper, budget.check)
+    v = build_variables(model, problem, scaling, use_offload, upper, budget.check, options.recompute)
     add_order_constraints(v, budget.check)
     m = _Model(model, v)
     if task.phase is Phase.MEMORY:
@@ -80,7 +80,7 @@ def _build(task: PhaseTask) -> _Model:
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OVERHEAD:
-        objective.minimise_offload(v, task.makespan_cap)
+        objective.minimise_overhead(v, task.makespan_cap)
     else:
         cap = task.makespan_cap if task.makespan_cap is not None else v.horizon
         objective.minimise_peak(v, m.peaks, m.peak_upper, cap)
@@ -107,7 +107,7 @@ def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> No
     ``lower_bound`` (model units) and the tail cuts."""
     if symmetry:
         constraints.symmetry(v)
-        if not v.transfers and capped:
+        if not constraints.paired(v) and capped:
             constraints.memory_precedences(v, v.scaling.capacity)
     constraints.makespan(v, min(lower_bound, v.horizon), fifo=symmetry)
     constraints.tail_cuts(v, fifo=symmetry)
@@ -115,7 +115,8 @@ def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> No
 
 def _build_window(task: PhaseTask) -> _Model:
     """The model of a window (``ppsolve.solvers.window``): the same constraint families on its free
-    ops, the fixed ops it refers to as constants; minimise the longest path through it."""
+    ops, the fixed ops it refers to as constants; minimise the longest path through it (Phase.OVERHEAD:
+    its overhead)."""
     window, sc = task.window, task.scaling
     model = cp_model.CpModel()
     v = build_window_variables(model, task.problem, sc, window, task.budget.check)
@@ -124,6 +125,8 @@ def _build_window(task: PhaseTask) -> _Model:
     constraints.transfers(v)
     constraints.memory(v, sc.capacity)
     ends = objective.window_paths(v, {op: sc.time(t, up=True, tolerance=SNAP) for op, t in window.tails.items()})
+    if task.phase is Phase.OVERHEAD:  # the free ops stay within their bounds: any placement is no longer
+        model.minimize(sc.overhead(objective.recompute_time(v), objective.offloaded_amount(v)))
     m = _Model(model, v, ends=ends)
     _hint_window(m, window)
     return m
@@ -132,7 +135,7 @@ def _build_window(task: PhaseTask) -> _Model:
 # ----- hints and solutions -----
 
 def _hint_window(m: _Model, window) -> None:
-    """The incumbent's placement of the free ops (transfers of choosable keys: as they are, or absent)."""
+    """The incumbent's placement of the free ops (transfers and R of choosable keys: as they are, or absent)."""
     v, sc = m.v, m.v.scaling
     at = {op.op: op for op in window.free}
     snap = lambda x: sc.time(x, up=True, tolerance=SNAP)  # noqa: E731
@@ -140,40 +143,73 @@ def _hint_window(m: _Model, window) -> None:
         if not isinstance(start, int):
             m.model.add_hint(start, snap(at[op].start))
             m.model.add_hint(v.end[op], snap(at[op].start) + sc.duration[(op.kind, op.stage)])
+    for (s, j), r in v.recompute.items():
+        sop = at.get(Op(OpKind.R, s, j))
+        if r.present is not None:
+            m.model.add_hint(r.chosen, int(sop is not None))
+        if sop is not None and not isinstance(r.start, int):
+            m.model.add_hint(r.start, snap(sop.start))
+            m.model.add_hint(r.end, snap(sop.start) + sc.duration[(OpKind.R, s)])
     for (s, j), t in v.transfers.items():
         off, rel = at.get(Op(OpKind.OFFLOAD, s, j)), at.get(Op(OpKind.RELOAD, s, j))
         if t.present is not None:
             m.model.add_hint(t.chosen, int(off is not None))
-        for start, end, sop, kind in ((t.off_start, t.off_end, off, OpKind.OFFLOAD),
-                                      (t.rel_start, t.rel_end, rel, OpKind.RELOAD)):
+            amount = min(sc.memory(off.amount, up=False), sc.offload_amount[s]) if off is not None else 0
+            m.model.add_hint(t.amount, amount)
+        for start, end, sop in ((t.off_start, t.off_end, off), (t.rel_start, t.rel_end, rel)):
             if isinstance(start, int) or sop is None:
                 continue
             x = snap(sop.start)
             m.model.add_hint(start, x)
-            m.model.add_hint(end, x + (sc.duration[(kind, s)] if t.present is not None
-                                       else max(1, snap(sop.end - sop.start))))
+            m.model.add_hint(end, x + max(1, snap(sop.end - sop.start)))
+
+
+def _transfer_ops(m: _Model, values: dict[int, int], keys) -> list[ScheduledOp]:
+    """The chosen transfers of ``keys`` (variable amounts) as scheduled ops."""
+    v, sc, p = m.v, m.v.scaling, m.v.problem
+    ops = []
+    for s, j in keys:
+        t = v.transfers.get((s, j))
+        if t is None or not values[t.chosen.Index()]:
+            continue
+        amount = min(values[t.amount.Index()] / sc.memory_scale, p.max_offload(s))
+        for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
+            x = sc.to_time(values[start.Index()])
+            ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
+    return ops
+
+
+def _recompute_ops(m: _Model, values: dict[int, int], keys) -> list[ScheduledOp]:
+    """The R ops of ``keys`` that are there (chosen, or surely there with a variable start)."""
+    v, sc, p = m.v, m.v.scaling, m.v.problem
+    ops = []
+    for s, j in keys:
+        r = v.recompute.get((s, j))
+        if r is None or isinstance(r.start, int) or (r.present is not None and not values[r.chosen.Index()]):
+            continue
+        x = sc.to_time(values[r.start.Index()])
+        ops.append(ScheduledOp(OpKind.R, s, j, p.placement[s], x, x + p.duration(OpKind.R, s)))
+    return ops
 
 
 def _window_ops(m: _Model, window, values: dict[int, int]) -> list[ScheduledOp]:
-    """A window's solution: its free ops, and the transfers of its choosable keys that are chosen."""
+    """A window's solution: its free ops, and the transfers and R of its choosable keys that are chosen."""
     v, sc, p = m.v, m.v.scaling, m.v.problem
     ops = []
     for sop in window.free:
+        key = (sop.stage, sop.microbatch)
+        if sop.kind is OpKind.R:
+            continue  # below
         if sop.kind.is_compute:
             t = sc.to_time(values[v.start[sop.op].Index()])
             ops.append(sop._replace(start=t, end=t + p.duration(sop.kind, sop.stage)))
-        elif (sop.stage, sop.microbatch) not in window.choosable:
-            t = v.transfers[(sop.stage, sop.microbatch)]
+        elif key not in window.choosable:
+            t = v.transfers[key]
             var = t.off_start if sop.kind is OpKind.OFFLOAD else t.rel_start
             x = sc.to_time(values[var.Index()])
             ops.append(sop._replace(start=x, end=x + p.duration(sop.kind, sop.stage, sop.amount)))
-    for s, j in sorted(window.choosable):
-        t = v.transfers[(s, j)]
-        if values[t.chosen.Index()]:
-            amount = p.max_offload(s)
-            for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
-                x = sc.to_time(values[start.Index()])
-                ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
+    ops += _transfer_ops(m, values, sorted(window.choosable))
+    ops += _recompute_ops(m, values, sorted(v.recompute))
     return ops
 
 
@@ -182,23 +218,40 @@ def _hint_from_schedule(m: _Model, schedule: Schedule) -> None:
     values: dict[int, int] = {}
 
     def put(var, x):
-        values[var.Index()] = x
+        if not isinstance(var, (int, bool)):
+            values[var.Index()] = x
 
     by_op = {op.op: op for op in schedule.ops}
     for op, start in v.start.items():
         s = sc.time(by_op[op].start)
         put(start, s)
         put(v.end[op], s + sc.duration[(op.kind, op.stage)])
+    for (s, j), r in v.recompute.items():
+        rop = by_op.get(Op(OpKind.R, s, j))
+        put(r.chosen, int(rop is not None))
+        x = sc.time(rop.start) if rop else values[v.end[Op(OpKind.F, s, j)].Index()]
+        put(r.start, x)
+        put(r.end, x + sc.duration[(OpKind.R, s)])
+    split = v.problem.split_backward
     for (s, j), t in v.transfers.items():
         off = by_op.get(Op(OpKind.OFFLOAD, s, j))
         rel = by_op.get(Op(OpKind.RELOAD, s, j))
         put(t.chosen, int(off is not None))
+        amount = min(sc.memory(off.amount, up=False), sc.offload_amount[s]) if off else 0
+        a_r = min(amount, sc.activation[s] - (sc.weight_hold[s] if split else 0))
+        put(t.amount, amount)
+        put(t.amount_r, a_r)
+        put(t.amount_h, amount - a_r)
+        d_off = max(1, sc.time(off.end - off.start)) if off else 0
+        d_rel = max(1, sc.time(rel.end - rel.start)) if rel else 0
+        put(t.off_size, d_off)
+        put(t.rel_size, d_rel)
         os_ = sc.time(off.start) if off else values[v.end[Op(OpKind.F, s, j)].Index()]
-        rs = sc.time(rel.start) if rel else os_ + sc.duration[(OpKind.OFFLOAD, s)]
+        rs = sc.time(rel.start) if rel else os_
         put(t.off_start, os_)
-        put(t.off_end, os_ + sc.duration[(OpKind.OFFLOAD, s)])
+        put(t.off_end, os_ + d_off)
         put(t.rel_start, rs)
-        put(t.rel_end, rs + sc.duration[(OpKind.RELOAD, s)])
+        put(t.rel_end, rs + d_rel)
     for size, start, end in v.spans:
         if start.Index() in values and end.Index() in values:
             values[size.Index()] = max(0, values[end.Index()] - values[start.Index()])
@@ -212,7 +265,7 @@ def _hint_values(m: _Model, variables: list, values: dict[int, int]) -> None:
     """Replace the model's hints by ``values`` (by variable index) of those of ``variables`` it has."""
     m.model.clear_hints()
     for var in variables:
-        if var.Index() in values:
+        if not isinstance(var, (int, bool)) and var.Index() in values:
             m.model.add_hint(var, values[var.Index()])
 
 
@@ -220,36 +273,36 @@ def _all_vars(m: _Model) -> list:
     v = m.v
     out = list(v.start.values()) + list(v.end.values())
     for t in v.transfers.values():
-        out += [t.chosen, t.off_start, t.off_end, t.rel_start, t.rel_end]
+        out += [t.chosen, t.amount, t.amount_r, t.amount_h, t.off_size, t.rel_size,
+                t.off_start, t.off_end, t.rel_start, t.rel_end]
+    for r in v.recompute.values():
+        out += [r.chosen, r.start, r.end]
     out += [size for size, _, _ in v.spans]
     out.append(v.makespan)
     return out
 
 
 def _key_vars(m: _Model) -> list:
-    """What fixes a solution: compute starts and the transfers (a window's fixed ints left out)."""
+    """What fixes a solution: compute starts, the transfers and R (a window's fixed ints left out)."""
     v = m.v
     out = list(v.start.values())
     for t in v.transfers.values():
-        out += [t.chosen, t.off_start, t.rel_start]
+        out += [t.chosen, t.amount, t.off_start, t.rel_start]
+    for r in v.recompute.values():
+        out += [r.chosen, r.start]
     return [x for x in out if not isinstance(x, (int, bool))]
 
 
 def _model_ops(m: _Model, values: dict[int, int]) -> list[ScheduledOp]:
-    """A solution in user units (durations from the problem; amounts the full allowed share)."""
+    """A solution in user units (durations from the problem; transfers move their chosen amounts)."""
     v, sc, p = m.v, m.v.scaling, m.v.problem
     ops = []
     for op, start in v.start.items():
         t = sc.to_time(values[start.Index()])
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, p.placement[op.stage], t,
                                t + p.duration(op.kind, op.stage)))
-    for (s, j), t in v.transfers.items():
-        if values[t.chosen.Index()]:
-            amount = p.max_offload(s)
-            device = p.placement[s]
-            for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
-                x = sc.to_time(values[start.Index()])
-                ops.append(ScheduledOp(kind, s, j, device, x, x + p.duration(kind, s, amount), amount))
+    ops += _transfer_ops(m, values, sorted(v.transfers))
+    ops += _recompute_ops(m, values, sorted(v.recompute))
     return ops
 
 
@@ -264,6 +317,8 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
         self.task = task
         self.weight = weight
         self.history: list[dict[int, int]] = []
+        # offloaded amounts on the model's grid: its bound holds on the grid only, so it is not shown
+        self.bound_holds = not (task.options.offload and task.problem.can_offload)
 
     def primary(self, value: float) -> float:
         return value // self.weight if self.weight > 1 else value
@@ -271,10 +326,11 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         self.history.append({var.Index(): self.Value(var) for var in self.keys})
         if self.task.window is None:  # a window's objective is no makespan: its driver reports
-            self.task.progress.update(self.primary(self.ObjectiveValue()), self.primary(self.BestObjectiveBound()))
+            bound = self.primary(self.BestObjectiveBound()) if self.bound_holds else None
+            self.task.progress.update(self.primary(self.ObjectiveValue()), bound)
 
     def on_bound(self, bound: float) -> None:
-        if self.task.window is None:
+        if self.task.window is None and self.bound_holds:
             self.task.progress.update(bound=self.primary(bound))
 
 
@@ -335,9 +391,12 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
         m = _build(task)
     except EmptyWindow:  # a free op has no room between its bounds after rounding
         return PhaseAnswer(Status.INFEASIBLE)
-    if task.window is not None:
+    if task.window is not None and task.phase is Phase.MAKESPAN:
         return _run_window(m, task)
     r = _search(m, task, task.limit)
+    if task.window is not None:  # a window's least overhead (ppsolve.solvers.overhead_windows)
+        return PhaseAnswer(r.status, [_window_ops(m, task.window, r.values[-1])] if r.values else [], r.bound,
+                           r.interrupted, r.abandoned, by_clock=r.by_clock, work=r.work)
     return PhaseAnswer(r.status, [_model_ops(m, x) for x in r.values], r.bound, r.interrupted, r.abandoned,
                        by_clock=r.by_clock, work=r.work)
 

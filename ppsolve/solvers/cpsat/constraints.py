@@ -15,7 +15,7 @@ from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
 
-_F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
+_F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
 NEXT_RELEASE = True  # the disjunctive memory precedence (``memory_precedences``)
 
@@ -27,11 +27,13 @@ def precedences(v: Variables) -> None:
     transfer's start and end are those of its optional interval and the constraint is enforced
     only when the transfers involved are chosen. So, among others,
     S(F(s,j)) >= E(F(s-1,j)) + lat(s-1); S(B(s,j)) >= E(B(s+1,j)) + lat(s); S(W(s,j)) >= E(B(s,j));
-    if x[s,j]: S(OFF) >= E(F(s,j)), S(REL) >= E(OFF), E(REL) <= S(B(s,j)).
+    if x[s,j]: S(OFF) >= E(F(s,j)), S(REL) >= E(OFF), E(REL) <= S(B(s,j)); if r[s,j] (rule 9):
+    S(R) >= E(F(s,j)), S(B(s,j)) >= E(R). Rule 10 (not both x and r) is here too.
     """
     p, m = v.problem, v.model
     table = dependency_table(p)
-    ops = [(op, None) for op in v.start] + [(op, t.present) for op, t in _transfer_ops(v)]
+    ops = ([(op, None) for op in v.start] + [(op, t.present) for op, t in _transfer_ops(v)]
+           + [(Op(_R, s, j), r.present) for (s, j), r in v.recompute.items()])
     for op, present in ops:
         j = op.microbatch
         start = _start(v, op)
@@ -45,6 +47,10 @@ def precedences(v: Variables) -> None:
             conditions = [x for x in (present, earlier_present) if x is not None]
             if conditions:
                 constraint.only_enforce_if(conditions[0] if len(conditions) == 1 else conditions)
+    for key, r in v.recompute.items():
+        t = v.transfers.get(key)
+        if t is not None:
+            m.add_bool_or([lit.Not() for lit in (t.present, r.present) if lit is not None] or [False])
 
 
 def _transfer_ops(v: Variables):
@@ -54,6 +60,8 @@ def _transfer_ops(v: Variables):
 
 
 def _start(v: Variables, op: Op):
+    if op.kind is _R:
+        return v.recompute[(op.stage, op.microbatch)].start
     if op.kind.is_compute:
         return v.start[op]
     t = v.transfers[(op.stage, op.microbatch)]
@@ -62,6 +70,9 @@ def _start(v: Variables, op: Op):
 
 def _end(v: Variables, op: Op):
     """(end variable, presence literal or None); (None, None) for an op the model lacks."""
+    if op.kind is _R:
+        r = v.recompute.get((op.stage, op.microbatch))
+        return (None, None) if r is None else (r.end, r.present)
     if op.kind.is_compute:
         return v.end.get(op), None
     t = v.transfers.get((op.stage, op.microbatch))
@@ -71,10 +82,13 @@ def _end(v: Variables, op: Op):
 
 
 def device_no_overlap(v: Variables) -> None:
-    """SPEC rule 6: the compute intervals of one device are pairwise disjoint (NoOverlap)."""
+    """SPEC rule 6: the compute intervals of one device (R's optional) are pairwise disjoint (NoOverlap)."""
     per_device = defaultdict(list)
     for op, interval in v.interval.items():
         per_device[v.problem.placement[op.stage]].append(interval)
+    for (s, _), r in v.recompute.items():
+        if r.interval is not None:
+            per_device[v.problem.placement[s]].append(r.interval)
     for intervals in per_device.values():
         v.model.add_no_overlap(intervals)
 
@@ -100,14 +114,16 @@ def transfers(v: Variables) -> None:
 def memory(v: Variables, capacity: Sequence) -> None:
     """SPEC's memory rule as one cumulative per device (capacity: int, IntVar, or None to skip).
 
-    With r = activation - weight_hold (split) or activation (fused), hold the
-    weight hold (split only), a the offload amount, a_r = min(a, r), a_h = a - a_r:
-      always       [S(F), E(B)) demand r - a_r,   [S(F), E(W)) demand hold - a_h
-      not x[s,j]   [S(F), E(B)) demand a_r,       [S(F), E(W)) demand a_h
-      x[s,j]       [S(F), E(OFF)) demand a,  [S(REL), E(B)) demand a_r,  [S(REL), E(W)) demand a_h
+    With act the activation, hold the weight hold (split only), r = act - hold, k the recompute
+    checkpoint (k_r = min(k, r), k_h = k - k_r), A = A_r + A_h the offloaded amount (A_r <= r and
+    A_h <= hold its parts released at B's and at W's end; 0 when not offloaded):
+      not recomputed   [S(F), E(B)) demand r - A_r,   [S(F), E(W)) demand hold - A_h
+      recomputed       [S(F), E(B)) demand k_r,       [S(F), E(W)) demand k_h,
+                       [S(R), E(B)) demand r - k_r,   [S(R), E(W)) demand hold - k_h
+      offloaded        [S(F), E(OFF)) demand A,  [S(REL), E(B)) demand A_r,  [S(REL), E(W)) demand A_h
     Cumulative intervals are half-open: one ending at t and one starting at t
     never overlap, which is exactly "releases count before allocations".
-    Over ``v.keys`` (every (stage, microbatch), or a window's); a transfer that is surely there
+    Over ``v.keys`` (every (stage, microbatch), or a window's); a transfer or R that is surely there
     (a window's) has no presence literal.
     """
     p, sc = v.problem, v.scaling
@@ -115,9 +131,10 @@ def memory(v: Variables, capacity: Sequence) -> None:
     demands = defaultdict(list)
 
     def add(device, start, end, demand, name, present=None):
-        if demand > 0:
-            intervals[device].append(v.span(start, end, name, present))
-            demands[device].append(demand)
+        if isinstance(demand, int) and demand <= 0:
+            return
+        intervals[device].append(v.span(start, end, name, present))
+        demands[device].append(demand)
 
     for s, j in v.keys:
         device = p.placement[s]
@@ -128,23 +145,27 @@ def memory(v: Variables, capacity: Sequence) -> None:
         f, b = v.start[Op(_F, s, j)], v.end[Op(_B, s, j)]
         w = v.end[Op(_W, s, j)] if p.split_backward else None
         t = v.transfers.get((s, j))
-        a = t.amount if t is not None else 0
-        a_r = min(a, r)
-        a_h = a - a_r
-        add(device, f, b, r - a_r, f"mb_{s}_{j}")
-        if w is not None:
-            add(device, f, w, hold - a_h, f"mw_{s}_{j}")
-        if t is not None:
-            chosen = t.present
-            if chosen is not None:
-                keep = chosen.Not()
-                add(device, f, b, a_r, f"nb_{s}_{j}", keep)
-                if w is not None:
-                    add(device, f, w, a_h, f"nw_{s}_{j}", keep)
-            add(device, f, t.off_end, a, f"of_{s}_{j}", chosen)
-            add(device, t.rel_start, b, a_r, f"rb_{s}_{j}", chosen)
+        a_r, a_h = (t.amount_r, t.amount_h) if t is not None else (0, 0)
+        rc = v.recompute.get((s, j))
+        kept = None if rc is None else (rc.present.Not() if rc.present is not None else False)
+        if kept is not False:
+            add(device, f, b, r - a_r, f"mb_{s}_{j}", kept)
             if w is not None:
-                add(device, t.rel_start, w, a_h, f"rw_{s}_{j}", chosen)
+                add(device, f, w, hold - a_h, f"mw_{s}_{j}", kept)
+        if rc is not None:
+            k = sc.keep[s]
+            k_r = min(k, r)
+            k_h = k - k_r
+            add(device, f, b, k_r, f"kb_{s}_{j}", rc.present)
+            add(device, rc.start, b, r - k_r, f"rb_{s}_{j}", rc.present)
+            if w is not None:
+                add(device, f, w, k_h, f"kw_{s}_{j}", rc.present)
+                add(device, rc.start, w, hold - k_h, f"rw_{s}_{j}", rc.present)
+        if t is not None:
+            add(device, f, t.off_end, t.amount, f"of_{s}_{j}", t.present)
+            add(device, t.rel_start, b, a_r, f"lb_{s}_{j}", t.present)
+            if w is not None:
+                add(device, t.rel_start, w, a_h, f"lw_{s}_{j}", t.present)
     for device, items in intervals.items():
         v.model.add_cumulative(items, demands[device], capacity[device])
 
@@ -163,17 +184,23 @@ def symmetry(v: Variables) -> None:
     earliest dependent slots start after i distinct prerequisite slots end,
     hence after the i-th earliest end: the sorted matching holds too.
 
-    With offload the transfer of (s, j) ties its F slot to its B slot, and
+    With offload (or recompute) the transfer (or R) of (s, j) ties its F slot to its B slot, and
     sorting F and B slots separately can break that pairing; only the global
     relabelling of whole microbatches stays valid, which orders F(0, j).
     """
     p, m = v.problem, v.model
-    kinds = p.kinds if not v.transfers else (_F,)
-    stages = range(p.num_stages) if not v.transfers else (0,)
+    kinds = p.kinds if not paired(v) else (_F,)
+    stages = range(p.num_stages) if not paired(v) else (0,)
     for s in stages:
         for kind in kinds:
             for j in range(p.microbatches - 1):
                 m.add(v.end[Op(kind, s, j)] <= v.start[Op(kind, s, j + 1)])
+
+
+def paired(v: Variables) -> bool:
+    """Whether a decision of the model ties a microbatch's F to its B (an offload or a recompute), so
+    that the per-(stage, kind) slot argument of :func:`symmetry` and the cuts built on it fail."""
+    return bool(v.transfers) or bool(v.recompute)
 
 
 def memory_precedences(v: Variables, capacity: Sequence) -> None:
@@ -218,7 +245,7 @@ def tail_cuts(v: Variables, fifo: bool = True) -> None:
     """
     p = v.problem
     _, tails = heads_and_tails(p, lambda k, s: v.scaling.duration[(k, s)], v.scaling.time)
-    last = [p.microbatches - 1] if fifo and not v.transfers else range(p.microbatches)
+    last = [p.microbatches - 1] if fifo and not paired(v) else range(p.microbatches)
     for (kind, s), tail in tails.items():
         if tail > 0:
             for j in last:
@@ -244,7 +271,7 @@ def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
     # device comes after some F(first, j) of its lowest stage; with FIFO there (see symmetry) that is j = 0.
     for device, stages in enumerate(p.stages_of_device):
         first = min(stages)
-        if not fifo or (v.transfers and first != 0):
+        if not fifo or (paired(v) and first != 0):
             continue
         load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
         m.add(v.makespan >= v.start[Op(_F, first, 0)] + load)

@@ -1,5 +1,5 @@
-"""Objectives: makespan, then the least offloaded amount at that makespan; or peak memory; or a
-window's longest path (large-neighbourhood search)."""
+"""Objectives: makespan, then the least overhead at that makespan (recompute time, then offloaded
+amount); or peak memory; or a window's longest path (large-neighbourhood search)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,21 @@ def minimise_makespan(v: Variables) -> None:
 
 
 def offloaded_amount(v: Variables) -> cp_model.LinearExpr:
-    """sum of x[s,j] * amount(s) (model memory units)."""
-    return sum(t.amount * t.chosen for t in v.transfers.values())
+    """sum of the offloaded amounts (model memory units; 0 where not offloaded)."""
+    return sum(t.amount for t in v.transfers.values())
 
 
-def minimise_offload(v: Variables, makespan_cap: int) -> None:
-    """min sum x[s,j] * amount(s) subject to C <= makespan_cap (no needless transfers)."""
+def recompute_time(v: Variables) -> cp_model.LinearExpr:
+    """sum of r[s,j] * dur(R(s)) (model time units)."""
+    return sum(v.scaling.duration[(OpKind.R, s)] * (1 if r.chosen is True else r.chosen)
+               for (s, _), r in v.recompute.items())
+
+
+def minimise_overhead(v: Variables, makespan_cap: int) -> None:
+    """min ``Scaling.overhead(recompute time, offloaded amount)`` subject to C <= makespan_cap: no
+    needless recompute, then no needless transfer (Phase.OVERHEAD)."""
     v.model.add(v.makespan <= makespan_cap)
-    v.model.minimize(offloaded_amount(v))
+    v.model.minimize(v.scaling.overhead(recompute_time(v), offloaded_amount(v)))
 
 
 def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int], makespan_cap: int) -> cp_model.IntVar:

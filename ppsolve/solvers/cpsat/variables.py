@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
@@ -24,22 +25,44 @@ Key = tuple[int, int]  # (stage, microbatch)
 class Transfer:
     """The optional OFFLOAD and RELOAD of one (stage, microbatch), present iff ``chosen``.
 
-    In a window model (:func:`build_window_variables`) ``chosen`` may be True (the transfer is
-    there), and a transfer fixed in time has ints for its start and end and no interval.
+    ``amount`` (model memory units) is a decision where the transfer is (0 when it is not), split as
+    ``amount_r + amount_h``: the part released at B's end and the part of the weight hold (released at
+    W's end); the transfers' lengths follow it (:func:`transfer_rate`). In a window model
+    (:func:`build_window_variables`) ``chosen`` may be True (the transfer is there), and a transfer
+    fixed in time has ints for its start, end and amount and no interval.
     """
 
     chosen: cp_model.IntVar | bool
-    amount: int
+    amount: cp_model.IntVar | int
     off_start: cp_model.IntVar | int
     off_end: cp_model.IntVar | int
     off: cp_model.IntervalVar | None
     rel_start: cp_model.IntVar | int
     rel_end: cp_model.IntVar | int
     rel: cp_model.IntervalVar | None
+    amount_r: cp_model.IntVar | int = 0
+    amount_h: cp_model.IntVar | int = 0
+    off_size: cp_model.IntVar | int = 0
+    rel_size: cp_model.IntVar | int = 0
 
     @property
     def present(self) -> cp_model.IntVar | None:
         """The literal its constraints are enforced under (None: always there)."""
+        return None if self.chosen is True else self.chosen
+
+
+@dataclass
+class Recompute:
+    """The optional R of one (stage, microbatch), present iff ``chosen`` (True: surely there; a window's
+    R fixed in time has ints for its start and end and no interval)."""
+
+    chosen: cp_model.IntVar | bool
+    start: cp_model.IntVar | int
+    end: cp_model.IntVar | int
+    interval: cp_model.IntervalVar | None
+
+    @property
+    def present(self) -> cp_model.IntVar | None:
         return None if self.chosen is True else self.chosen
 
 
@@ -60,6 +83,7 @@ class Variables:
     end: dict[Op, cp_model.IntVar] = field(default_factory=dict)
     interval: dict[Op, cp_model.IntervalVar] = field(default_factory=dict)
     transfers: dict[Key, Transfer] = field(default_factory=dict)
+    recompute: dict[Key, Recompute] = field(default_factory=dict)
     makespan: cp_model.IntVar | None = None
     # (size var, start var, end var) of every variable-length memory interval, for hints.
     spans: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]] = field(default_factory=list)
@@ -76,9 +100,60 @@ class Variables:
         return self.model.new_optional_interval_var(start, size, end, present, name)
 
 
+def optional_recompute(model: cp_model.CpModel, v: Variables, s: int, j: int, chosen, lo: int, hi: int) -> None:
+    """An R of (s, j) present iff ``chosen`` (a literal or True), within [lo, hi]."""
+    dur = v.scaling.duration[(OpKind.R, s)]
+    name = f"R_{s}_{j}"
+    start = model.new_int_var(lo, max(lo, hi - dur), f"s_{name}")
+    end = model.new_int_var(lo + dur, max(lo + dur, hi), f"e_{name}")
+    interval = (model.new_interval_var(start, dur, end, f"i_{name}") if chosen is True
+                else model.new_optional_interval_var(start, dur, end, chosen, f"i_{name}"))
+    v.recompute[(s, j)] = Recompute(chosen, start, end, interval)
+
+
+def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, chosen,
+                      off_bounds: tuple[int, int], rel_bounds: tuple[int, int]) -> None:
+    """OFFLOAD and RELOAD of (s, j), present iff ``chosen``, moving a variable amount (1 to the stage's
+    share when present, 0 when not); their lengths follow the amount (:func:`transfer_rate`)."""
+    sc, p = v.scaling, v.problem
+    top = sc.offload_amount[s]
+    r = sc.activation[s] - (sc.weight_hold[s] if p.split_backward else 0)
+    name = f"{s}_{j}"
+    amount = model.new_int_var(0, top, f"amount_{name}")
+    a_r = model.new_int_var(0, min(top, r), f"amount_r_{name}")
+    a_h = model.new_int_var(0, min(top, sc.activation[s] - r), f"amount_h_{name}")
+    model.add(amount == a_r + a_h)
+    model.add(amount >= 1).only_enforce_if(chosen)
+    model.add(amount == 0).only_enforce_if(chosen.Not())
+    parts = []
+    for kind, (lo, hi) in ((OpKind.OFFLOAD, off_bounds), (OpKind.RELOAD, rel_bounds)):
+        full = sc.duration[(kind, s)]
+        size = model.new_int_var(0, full, f"size_{kind.value}_{name}")
+        num, den = transfer_rate(p, sc, kind)
+        model.add(size * den >= amount * num)
+        start = model.new_int_var(lo, hi, f"s_{kind.value}_{name}")
+        end = model.new_int_var(lo, hi, f"e_{kind.value}_{name}")
+        parts.append((start, end, model.new_optional_interval_var(start, size, end, chosen, f"i_{kind.value}_{name}"),
+                      size))
+    (os_, oe, off, osz), (rs, re_, rel, rsz) = parts
+    v.transfers[(s, j)] = Transfer(chosen, amount, os_, oe, off, rs, re_, rel, a_r, a_h, osz, rsz)
+
+
+def transfer_rate(problem: Problem, scaling: Scaling, kind: OpKind) -> tuple[int, int]:
+    """(num, den): a transfer of ``kind`` moving A model memory units lasts at least A * num / den
+    model time units (exact where the bandwidth is a fraction, else rounded up)."""
+    per_unit = problem.duration(kind, 0, 1.0)  # time per memory unit (one link bandwidth for all stages)
+    f = Fraction(per_unit).limit_denominator(10**6)
+    if f < per_unit:
+        f += Fraction(1, 10**6)
+    rate = f * scaling.time_scale / scaling.memory_scale
+    return rate.numerator, rate.denominator
+
+
 def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, offload: bool,
-                    upper: int | None = None, check=lambda: None) -> Variables:
-    """Intervals for every compute op, and optional transfers where ``offload`` and a stage allows it.
+                    upper: int | None = None, check=lambda: None, recompute: bool = True) -> Variables:
+    """Intervals for every compute op, optional transfers where ``offload`` and a stage allows it,
+    and an optional R where the problem may recompute a stage.
 
     ``upper`` (a makespan known to be reachable) tightens the horizon.
     """
@@ -97,23 +172,24 @@ def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling,
         v.interval[op] = model.new_interval_var(start, dur, end, f"i_{name}")
     if offload and problem.offload is not None:
         for s in range(problem.num_stages):
-            amount = scaling.offload_amount[s]
-            if amount <= 0 or problem.max_offload(s) <= 0:
+            if scaling.offload_amount[s] <= 0 or problem.max_offload(s) <= 0:
                 continue
-            d_off, d_rel = scaling.duration[(OpKind.OFFLOAD, s)], scaling.duration[(OpKind.RELOAD, s)]
             for j in range(problem.microbatches):
-                name = f"{s}_{j}"
-                chosen = model.new_bool_var(f"offload_{name}")
-                os_ = model.new_int_var(0, H, f"s_off_{name}")
-                oe = model.new_int_var(0, H, f"e_off_{name}")
-                rs = model.new_int_var(0, H, f"s_rel_{name}")
-                re_ = model.new_int_var(0, H, f"e_rel_{name}")
-                off = model.new_optional_interval_var(os_, d_off, oe, chosen, f"i_off_{name}")
-                rel = model.new_optional_interval_var(rs, d_rel, re_, chosen, f"i_rel_{name}")
-                v.transfers[(s, j)] = Transfer(chosen, amount, os_, oe, off, rs, re_, rel)
+                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"), (0, H), (0, H))
+    for s in recomputable_stages(problem, scaling) if recompute else ():
+        for j in range(problem.microbatches):
+            optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), 0, H)
     v.makespan = model.new_int_var(0, H, "makespan")
     v.keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
     return v
+
+
+def recomputable_stages(problem: Problem, scaling: Scaling) -> list[int]:
+    """The stages whose recompute saves memory in the model."""
+    if problem.recompute is None or not scaling.keep:
+        return []
+    return [s for s in range(problem.num_stages)
+            if problem.recompute_saving(s) > 0 and scaling.keep[s] < scaling.activation[s]]
 
 
 class EmptyWindow(Exception):
@@ -149,23 +225,39 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
     for index, sop in enumerate(window.free):
         if index % 500 == 0:
             check()
-        if sop.kind.is_compute:
+        if sop.kind.is_compute and sop.kind is not OpKind.R:
             op = sop.op
             v.start[op], v.end[op], v.interval[op] = timed(op, sc.duration[(op.kind, op.stage)])
     for op, sop in window.fixed.items():
-        if op.kind.is_compute:
+        if op.kind.is_compute and op.kind is not OpKind.R:
             v.start[op], v.end[op] = down(sop.start), up(sop.end)
     free = {sop.op: sop for sop in window.free}
+    recomputable = set(recomputable_stages(problem, sc))
+    for s, j in sorted(window.choosable):
+        op = Op(OpKind.R, s, j)
+        if s in recomputable and op in window.low:
+            lo, hi = up(window.low[op]), down(window.high[op])
+            if lo + sc.duration[(OpKind.R, s)] <= hi:
+                optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), lo, hi)
+    for op in [o for o in list(free) + list(window.fixed) if o.kind is OpKind.R]:
+        key = (op.stage, op.microbatch)
+        if key in window.choosable:
+            continue
+        if op in free:
+            start, end, interval = timed(op, sc.duration[(OpKind.R, op.stage)])
+            v.recompute[key] = Recompute(True, start, end, interval)
+        else:
+            sop = window.fixed[op]
+            v.recompute[key] = Recompute(True, down(sop.start), up(sop.end), None)
     transfer_keys = {(op.stage, op.microbatch) for op in list(free) + list(window.fixed) if op.kind.is_transfer}
     for s, j in sorted(transfer_keys | set(window.choosable)):
         off, rel = Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j)
         if (s, j) in window.choosable:
-            chosen = model.new_bool_var(f"offload_{s}_{j}")
-            amount = sc.offload_amount[s]
-            d_off, d_rel = sc.duration[(OpKind.OFFLOAD, s)], sc.duration[(OpKind.RELOAD, s)]
-            os_, oe, oi = timed(off, d_off, chosen)
-            rs, re_, ri = timed(rel, d_rel, chosen)
-            v.transfers[(s, j)] = Transfer(chosen, amount, os_, oe, oi, rs, re_, ri)
+            if problem.offload is not None and sc.offload_amount[s] > 0 and problem.max_offload(s) > 0:
+                lo_off, lo_rel = up(window.low[off]), up(window.low[rel])
+                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"),
+                                  (lo_off, max(lo_off, down(window.high[off]))),
+                                  (lo_rel, max(lo_rel, down(window.high[rel]))))
             continue
         parts = []
         for op in (off, rel):
@@ -181,8 +273,9 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
         if parts is None:
             continue
         amount = min(sc.memory(sop.amount, up=False), sc.activation[s])
+        a_r = min(amount, sc.activation[s] - (sc.weight_hold[s] if problem.split_backward else 0))
         (os_, oe, oi), (rs, re_, ri) = parts
-        v.transfers[(s, j)] = Transfer(True, amount, os_, oe, oi, rs, re_, ri)
+        v.transfers[(s, j)] = Transfer(True, amount, os_, oe, oi, rs, re_, ri, a_r, amount - a_r)
     top = max(window.tails.values(), default=0.0) + max(window.high.values())
     v.makespan = model.new_int_var(0, up(top), "makespan")
     return v
