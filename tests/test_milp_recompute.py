@@ -1,0 +1,148 @@
+"""The MILP decides keep / offload / recompute per (stage, microbatch), with partial offload amounts:
+its proven optimum equals an independent one (a brute force over recompute choices and device orders,
+timed by the simulator, memory by ``ppsolve.memory``), and its schedules pass the checker."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from unittest import mock
+
+import pytest
+
+from ppsolve.bounds import MakespanBound
+from ppsolve.checker import check
+from ppsolve.errors import DeadlockError
+from ppsolve.memory import peak_memory
+from ppsolve.ops import Op, OpKind
+from ppsolve.schedule import ScheduledOp, make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.milp import highs_process
+from tests.helpers import make_problem
+
+pytestmark = pytest.mark.skipif(not highs_process.available(), reason="highspy is not installed")
+
+_F, _B, _W, _R = OpKind.F, OpKind.B, OpKind.W, OpKind.R
+
+
+def _milp(problem, time_limit: float = 30):
+    """The MILP's answer with the foundation's bound switched off (its cut cannot steer the search):
+    what it proves is the model's own claim."""
+    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
+        return solve(problem, SolveOptions(solver="milp", time_limit=time_limit, threads=1))
+
+
+# ----- the independent optimum -----
+
+def _chains(problem, device, recomputed):
+    """Each microbatch's ops of ``device`` in the order rules 2-4 and 9 force on them."""
+    chains = []
+    for s in problem.stages_of_device[device]:
+        for j in range(problem.microbatches):
+            chain = [Op(_F, s, j)] + ([Op(_R, s, j)] if (s, j) in recomputed else []) + [Op(_B, s, j)]
+            chains.append(chain + ([Op(_W, s, j)] if problem.split_backward else []))
+    return chains
+
+
+def _interleavings(chains):
+    """Every merge of the chains that keeps each chain's order."""
+    if not any(chains):
+        yield []
+        return
+    for i, chain in enumerate(chains):
+        if chain:
+            rest = chains[:i] + [chain[1:]] + chains[i + 1:]
+            for tail in _interleavings(rest):
+                yield [chain[0]] + tail
+
+
+def _fits(problem, device, order) -> bool:
+    """The device's peak under ``order`` (ops back to back: without transfers only the order matters)."""
+    ops = []
+    for t, op in enumerate(order):
+        ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, device, float(t), float(t + 1)))
+    cap = problem.capacity[device]
+    return cap is None or peak_memory(problem, ops)[device] <= cap + 1e-9
+
+
+def _load(problem, order) -> float:
+    return sum(problem.duration(op.kind, op.stage) for op in order)
+
+
+def _needed(problem, device, order) -> bool:
+    """Whether every R of ``order`` is needed: without any one of them the device breaks its cap
+    (else that order is dominated: dropping an op from a device list delays nothing)."""
+    return all(not _fits(problem, device, [o for o in order if o != op]) for op in order if op.kind is _R)
+
+
+def _first_in_order(order) -> bool:
+    """Microbatches are identical: relabelled, any schedule has F(0, 0) before F(0, 1) (a microbatch's
+    choices go with it)."""
+    firsts = [op.microbatch for op in order if op.kind is _F and op.stage == 0]
+    return firsts == sorted(firsts)
+
+
+def brute_force(problem) -> float | None:
+    """The least makespan over every recompute choice and every device order (each device's memory
+    checked on its own), timed as soon as possible by the simulator; None when nothing fits."""
+    keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)
+            if problem.recompute_saving(s) > 0]
+    best = None
+    per_device = []
+    for d in range(problem.devices):
+        mine = [k for k in keys if problem.placement[k[0]] == d]
+        orders = []
+        for n in range(len(mine) + 1):
+            for chosen in itertools.combinations(mine, n):
+                orders += [o for o in _interleavings(_chains(problem, d, set(chosen)))
+                           if _first_in_order(o) and _fits(problem, d, o) and _needed(problem, d, o)]
+        per_device.append(sorted(orders, key=lambda o: _load(problem, o)))
+    for combo in itertools.product(*per_device):
+        if best is not None and max(_load(problem, o) for o in combo) >= best:
+            continue
+        try:
+            ops = simulate(problem, [list(o) for o in combo])
+        except DeadlockError:
+            continue
+        makespan = max(op.end for op in ops)
+        if best is None or makespan < best - 1e-9:
+            assert check(make_schedule(problem, ops, "brute")).ok
+            best = makespan
+    return best
+
+
+def _random_problem(rng: random.Random):
+    split = rng.random() < 0.4
+    activation = [rng.choice([1, 2]) for _ in range(2)]
+    keep = [rng.choice([0, 0.5]) * a for a in activation]
+    data = dict(devices=2, microbatches=2,
+                time_forward=[rng.randint(1, 3) for _ in range(2)],
+                time_backward_input=[rng.randint(1, 3) for _ in range(2)],
+                time_backward_weight=[rng.randint(1, 2) for _ in range(2)],
+                time_p2p=rng.choice([0, 0, 1]),
+                memory_activation=activation,
+                memory_capacity=[a * rng.choice([1, 1.5, 2]) for a in activation],
+                recompute={"keep": keep, "time": [rng.randint(1, 3) for _ in range(2)]})
+    if not split:
+        data["backward"] = "fused"
+    return make_problem(**data)
+
+
+CASES = 44
+
+
+def test_recompute_optimum_equals_brute_force():
+    rng = random.Random(31)
+    compared = 0
+    for _ in range(CASES):
+        problem = _random_problem(rng)
+        expected = brute_force(problem)
+        if expected is None:
+            continue
+        result = _milp(problem)
+        assert result.status == "optimal", problem.to_dict()
+        assert result.schedule.makespan == pytest.approx(expected), problem.to_dict()
+        assert check(result.schedule).ok
+        compared += 1
+    assert compared >= 40
