@@ -18,8 +18,13 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import ScheduledOp, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
-from ppsolve.solvers.milp import highs_process
-from tests.helpers import make_problem
+from ppsolve.solvers.api import Phase, PhaseTask, Status
+from ppsolve.solvers.budget import Budget
+from ppsolve.solvers.milp import backend, highs_process
+from ppsolve.solvers.progress import Progress
+from ppsolve.solvers.scaling import build_scaling
+from ppsolve.baselines.common import with_recompute
+from tests.helpers import make_problem, schedule_from_orders, serial_orders
 
 pytestmark = pytest.mark.skipif(not highs_process.available(), reason="highspy is not installed")
 
@@ -83,9 +88,10 @@ def _first_in_order(order) -> bool:
     return firsts == sorted(firsts)
 
 
-def brute_force(problem) -> float | None:
-    """The least makespan over every recompute choice and every device order (each device's memory
-    checked on its own), timed as soon as possible by the simulator; None when nothing fits."""
+def brute_force(problem) -> tuple[float, float] | None:
+    """(least makespan, least recompute time at it) over every recompute choice and every device
+    order (each device's memory checked on its own), timed as soon as possible by the simulator;
+    None when nothing fits."""
     keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)
             if problem.recompute_saving(s) > 0]
     best = None
@@ -99,17 +105,26 @@ def brute_force(problem) -> float | None:
                            if _first_in_order(o) and _fits(problem, d, o) and _needed(problem, d, o)]
         per_device.append(sorted(orders, key=lambda o: _load(problem, o)))
     for combo in itertools.product(*per_device):
-        if best is not None and max(_load(problem, o) for o in combo) >= best:
+        if best is not None and max(_load(problem, o) for o in combo) > best[0] + 1e-9:
             continue
         try:
             ops = simulate(problem, [list(o) for o in combo])
         except DeadlockError:
             continue
-        makespan = max(op.end for op in ops)
-        if best is None or makespan < best - 1e-9:
+        value = (max(op.end for op in ops), sum(op.end - op.start for op in ops if op.kind is _R))
+        if best is None or value < (best[0] - 1e-9, best[1] - 1e-9):
             assert check(make_schedule(problem, ops, "brute")).ok
-            best = makespan
+            best = value
     return best
+
+
+def _least_overhead(problem, makespan: float):
+    """The MILP's OVERHEAD phase at ``makespan``: (its answer, the scaling)."""
+    scaling = build_scaling(problem)
+    budget = Budget(60, False)
+    task = PhaseTask(problem, scaling, Phase.OVERHEAD, SolveOptions(solver="milp", threads=1), budget,
+                     budget.search(0.5), Progress(budget, "milp", True, None), makespan_cap=scaling.time(makespan))
+    return backend.run_phase(task), scaling
 
 
 def _random_problem(rng: random.Random):
@@ -133,16 +148,78 @@ CASES = 44
 
 
 def test_recompute_optimum_equals_brute_force():
+    # the least makespan (solve), then at it the least recompute time (the OVERHEAD phase)
     rng = random.Random(31)
-    compared = 0
+    compared = recomputing = 0
     for _ in range(CASES):
         problem = _random_problem(rng)
         expected = brute_force(problem)
         if expected is None:
             continue
+        makespan, recompute = expected
         result = _milp(problem)
         assert result.status == "optimal", problem.to_dict()
-        assert result.schedule.makespan == pytest.approx(expected), problem.to_dict()
+        assert result.schedule.makespan == pytest.approx(makespan), problem.to_dict()
         assert check(result.schedule).ok
+        answer, scaling = _least_overhead(problem, makespan)
+        assert answer.status is Status.OPTIMAL, problem.to_dict()
+        ops = answer.solutions[-1]
+        assert check(make_schedule(problem, ops, "milp")).ok
+        assert sum(op.end - op.start for op in ops if op.kind is _R) == pytest.approx(recompute), problem.to_dict()
+        assert answer.bound == pytest.approx(scaling.overhead(scaling.time(recompute), 0))
         compared += 1
-    assert compared >= 40
+        recomputing += recompute > 0
+    assert compared >= 40 and recomputing >= 10
+
+
+# ----- offloads of any amount, beside recompute -----
+
+LINK = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}}
+
+
+def _hint(problem, offloaded: dict, recomputed: set):
+    """A serial schedule that offloads ``offloaded`` ((s, j) -> amount) and recomputes ``recomputed``."""
+    orders = [[op for op in order if not op.kind.is_transfer or (op.stage, op.microbatch) in offloaded]
+              for order in serial_orders(problem, offload=True)]
+    return schedule_from_orders(problem, with_recompute(orders, recomputed), amounts=offloaded)
+
+
+def test_starting_solution_with_recompute_and_partial_amounts_is_a_solution_of_the_model():
+    # the warm start may recompute some (s, j) and move part of others' share: every variable's
+    # value sits in its bounds and every row holds (HiGHS drops a start that breaks one)
+    problem = make_problem(devices=2, microbatches=3, memory_capacity=1.5, offload=LINK, recompute={"keep": 0.25})
+    hint = _hint(problem, {(0, 0): 0.5, (1, 1): 0.25}, {(0, 1), (1, 2)})
+    assert check(hint).ok and hint.recomputed and hint.offloaded == pytest.approx(0.75)
+    scaling = build_scaling(problem)
+    budget = Budget(60, False)
+    task = PhaseTask(problem, scaling, Phase.MAKESPAN, SolveOptions(solver="milp"), budget, budget.search(0.5),
+                     Progress(budget, "milp", True, None), hint=hint)
+    m = backend._build(task)
+    assert m.v.continuous and m.v.recomputes and m.v.transfers
+    values = backend._start_values(m, hint)
+    assert values
+    for var in m.v.lp.variables():
+        var.varValue = values[var.name]
+        assert var.valid(1e-9), (var.name, values[var.name], var.lowBound, var.upBound)
+    assert not [c.name for c in m.v.lp.constraints() if not c.valid(1e-9)]
+    assert values["makespan"] == pytest.approx(scaling.time_scale * hint.makespan)
+
+
+def test_offload_and_recompute_together_lie_between_no_cap_and_recompute_alone():
+    # with a link beside recompute the optimum is at most recompute alone's (brute force) and at
+    # least that of no cap at all (brute force): partial amounts have no finite brute force
+    rng = random.Random(7)
+    compared = below = 0
+    for _ in range(8):
+        problem = _random_problem(rng)
+        alone = brute_force(problem)
+        if alone is None:
+            continue
+        free = brute_force(problem.replace(capacity=None))
+        both = problem.replace(offload=LINK)
+        result = _milp(both)
+        assert result.status == "optimal" and check(result.schedule).ok
+        assert free[0] - 1e-9 <= result.schedule.makespan <= alone[0] + 1e-9, both.to_dict()
+        compared += 1
+        below += result.schedule.makespan < alone[0] - 1e-9
+    assert compared >= 6 and below >= 1
