@@ -352,8 +352,9 @@ def _run_cbc(task: PhaseTask, m: _Model, start: dict[str, float], record: _Recor
             var.setInitialValue(start[var.name])
 
     def search(warm: bool):
+        gap = CONTINUOUS_GAP if m.v.continuous else 1 - EPS
         solver = _cbc(msg=False, timeLimit=max(1, math.floor(0.8 * limit.seconds())), threads=options.threads or 1,
-                      warmStart=warm, gapRel=0.0, gapAbs=1 - EPS, options=[f"randomSeed {options.seed + 1}"])
+                      warmStart=warm, gapRel=0.0, gapAbs=gap, options=[f"randomSeed {options.seed + 1}"])
         return lp.solve(solver)
 
     for warm in ([True, False] if start else [False]):
