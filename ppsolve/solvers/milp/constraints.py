@@ -314,8 +314,8 @@ def symmetry(v: Variables) -> None:
 
 def makespan(v: Variables, lower_bound: int) -> None:
     """C >= E(o) for every op with no successor (W when split, B(0, j) when fused); C >= the
-    foundation's bound; and per device, C >= S(F(first, 0)) + its load of F, B, W when FIFO orders
-    its first stage (every op of the device comes after F(first, 0); an R only adds)."""
+    foundation's bound; and per device, C >= S(F(first, 0)) + its load when FIFO orders its first
+    stage (every op of the device comes after F(first, 0)): F, B and W, and each R it chooses."""
     p = v.problem
     for j in range(p.microbatches):
         if p.split_backward:
@@ -329,4 +329,5 @@ def makespan(v: Variables, lower_bound: int) -> None:
         if v.symmetry == "none" or (v.symmetry == "first" and first != 0):
             continue
         load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
-        v.lp += v.makespan >= v.start[Op(_F, first, 0)] + load
+        recompute = pulp.lpSum(v.dur(rc.op) * rc.chosen for (s, _), rc in v.recomputes.items() if s in stages)
+        v.lp += v.makespan >= v.start[Op(_F, first, 0)] + load + recompute
