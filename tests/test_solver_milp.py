@@ -59,6 +59,11 @@ START_CASES = {
                        Phase.MAKESPAN, None),
     "least-offload": (dict(devices=2, microbatches=4, memory_capacity=1, offload=OFFLOAD), Phase.OVERHEAD, "warm"),
     "memory": (dict(devices=3, microbatches=4, memory_capacity=[3, 2, 2], memory_weight_hold=0.5), Phase.MEMORY, None),
+    # the warm start recomputes (R ops: their choices, starts, and the memory shares they free)
+    "recompute": (dict(devices=3, microbatches=4, memory_capacity=1.5, recompute={"keep": 0.25, "time": 1}),
+                  Phase.MAKESPAN, None),
+    "recompute-overhead": (dict(devices=3, microbatches=4, memory_capacity=1.5, recompute={"keep": 0.25},
+                                offload={**OFFLOAD, "fraction": 0.5}), Phase.OVERHEAD, "warm"),
 }
 
 
@@ -67,9 +72,12 @@ def test_starting_solution_is_a_solution_of_the_model(name):
     # HiGHS drops a starting solution that breaks a bound or a row (and PuLP's CBC refused one
     # outright: "initial value ... > upBound"); every value must sit in its bounds, every row hold.
     case, phase, cap = START_CASES[name]
-    m = backend._build(_task(make_problem(**case), phase, cap))
-    values = backend._start_values(m, _task(make_problem(**case), phase, cap).hint)
+    task = _task(make_problem(**case), phase, cap)
+    m = backend._build(task)
+    values = backend._start_values(m, task.hint)
     assert values
+    if "recompute" in case:
+        assert task.hint.recomputed and any(values[rc.chosen.name] for rc in m.v.recomputes.values())
     for var in m.v.lp.variables():
         var.varValue = values[var.name]
         assert var.valid(1e-9), (var.name, values[var.name], var.lowBound, var.upBound)
