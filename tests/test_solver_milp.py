@@ -132,7 +132,6 @@ def test_partial_offload_amounts_reach_the_optimum():
                            memory_capacity=1.5, offload={"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}})
     result = solve(problem, SolveOptions(solver="milp", time_limit=30, threads=1))
     assert result.status == "optimal" and result.schedule.makespan == pytest.approx(15)
-    assert result.schedule.method.extra.get("least_offload") == "optimal"
     amounts = [op.amount for op in result.schedule.ops if op.kind is OpKind.OFFLOAD]
     assert all(0 < a < 1 for a in amounts) and sum(amounts) == pytest.approx(1)
     assert check(result.schedule).ok
