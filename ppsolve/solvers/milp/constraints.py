@@ -314,8 +314,9 @@ def symmetry(v: Variables) -> None:
 
 def makespan(v: Variables, lower_bound: int) -> None:
     """C >= E(o) for every op with no successor (W when split, B(0, j) when fused); C >= the
-    foundation's bound; and per device, C >= S(F(first, 0)) + its load when FIFO orders its first
-    stage (every op of the device comes after F(first, 0)): F, B and W, and each R it chooses."""
+    foundation's bound; and per device, with its load the F, B and W of its stages and each R it
+    chooses: C >= the earliest head of its ops + its load, and C >= S(F(first, 0)) + its load when
+    FIFO orders its first stage (every op of the device comes after F(first, 0))."""
     p = v.problem
     for j in range(p.microbatches):
         if p.split_backward:
@@ -326,8 +327,10 @@ def makespan(v: Variables, lower_bound: int) -> None:
     v.lp += v.makespan >= lower_bound
     for device, stages in enumerate(p.stages_of_device):
         first = min(stages)
+        load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
+        load += pulp.lpSum(v.dur(rc.op) * rc.chosen for (s, _), rc in v.recomputes.items() if s in stages)
+        if v.recomputes:
+            v.lp += v.makespan >= min(v.head[Op(k, s, 0)] for s in stages for k in p.kinds) + load
         if v.symmetry == "none" or (v.symmetry == "first" and first != 0):
             continue
-        load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
-        recompute = pulp.lpSum(v.dur(rc.op) * rc.chosen for (s, _), rc in v.recomputes.items() if s in stages)
-        v.lp += v.makespan >= v.start[Op(_F, first, 0)] + load + recompute
+        v.lp += v.makespan >= v.start[Op(_F, first, 0)] + load
