@@ -242,3 +242,21 @@ def test_partial_amounts_never_lose_to_whole_shares():
         assert result.schedule.makespan <= reference.schedule.makespan + 1e-9, problem.to_dict()
         compared += 1
     assert compared >= 6
+
+
+# Seeds of tests/test_solver_recompute.py's tiny problems whose independent optimum CBC proves in about
+# a second (offload 22: 15.5, a partial amount); that file (the CP-SAT side's) holds the oracle: a MILP of
+# its own over continuous times and amounts, sharing nothing with this backend but the dependency table.
+ORACLE_CASES = [("offload", seed) for seed in (1, 2, 3, 4, 9, 12, 13, 22, 25, 28, 31)] + \
+    [("both", seed) for seed in (2, 4, 9)]
+
+
+def test_same_optimum_as_the_independent_continuous_model():
+    oracle = pytest.importorskip("tests.test_solver_recompute")
+    for lever, seed in ORACLE_CASES:
+        problem = oracle.tiny(seed, lever)
+        expected = oracle.independent_optimum(problem, 30)
+        assert expected is not None, (lever, seed)
+        result = _milp(problem)
+        assert result.status == "optimal" and check(result.schedule).ok, (lever, seed)
+        assert result.schedule.makespan == pytest.approx(expected), (lever, seed)

@@ -29,6 +29,9 @@ from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
 NAME = "milp"
+# Offloaded amounts are continuous variables (any amount in (0, fraction x activation], as the contract
+# allows): the model's proofs hold for the contract's problem (read by the solve pipeline).
+CONTINUOUS_AMOUNTS = True
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
