@@ -42,10 +42,10 @@ HIGHS_TIME_SHARE = 0.85
 # docs/solver.md).
 HIGHS_CHECKS_PER_SECOND = 30
 EPS = 1e-6
-# Continuous models (transfers of any amount): the search stops at this absolute gap (model units)
-# and the answer's bound is HiGHS' dual bound (the solve calls a schedule optimal only when it meets
-# it); HiGHS' feasibility tolerances are tightened so that a solution's rows hold to ~1e-9, and its
-# values snap to fractions (``_snap``) before the checker sees them.
+# Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
+# so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
+# tolerances are tightened so that a solution's rows hold to ~1e-9, and its values snap to fractions
+# (``_snap``) before the checker sees them.
 CONTINUOUS_GAP = 1e-6
 FEASIBILITY_TOLERANCE = 1e-9
 SNAP_DENOMINATOR = 10**4
@@ -332,8 +332,10 @@ def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Rec
     bound = m.bound(outcome.bound) if _finite(outcome.bound) else None
     if proven and ops:
         state = Status.OPTIMAL
-        # a continuous model's dual bound may sit up to CONTINUOUS_GAP below: it is what is proven
-        bound = m.primary(outcome.objective) if bound is None else bound
+        # proven to HiGHS' tolerance: the integral models round the bound up past EPS, a continuous
+        # one's dual bound sits at most CONTINUOUS_GAP below the objective (numerical noise, e.g.
+        # 14.249999858 for 14.25): the objective is the bound, as the rounding makes it for the others
+        bound = m.primary(outcome.objective) if bound is None or m.v.continuous else bound
     elif ops:
         state = Status.FEASIBLE
     elif outcome.status == "kInfeasible":
