@@ -235,7 +235,8 @@ def test_partial_amounts_never_lose_to_whole_shares():
         problem = _random_problem(rng).replace(recompute=None, offload={
             "fraction": rng.choice([0.5, 1]), "bandwidth": {"d2h": rng.choice([0.5, 1, 2]), "h2d": rng.choice([1, 2])}})
         reference = solve(problem, SolveOptions(time_limit=20, threads=1))
-        if reference.status != "optimal":
+        bound = reference.model_bound  # CP-SAT's own proof, on its grid of amounts
+        if reference.status != "optimal" and (bound is None or reference.schedule.makespan > bound + 1e-9):
             continue
         result = _milp(problem)
         assert result.status == "optimal" and check(result.schedule).ok, problem.to_dict()
