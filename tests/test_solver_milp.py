@@ -9,6 +9,8 @@ import time
 import pytest
 
 from ppsolve.bounds import makespan_lower_bound
+from ppsolve.checker import check
+from ppsolve.ops import OpKind
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.api import Phase, PhaseTask
 from ppsolve.solvers.budget import Budget
@@ -34,7 +36,7 @@ def test_highs_runs_after_cpsat_in_one_process():
     assert milp.status == "optimal" and milp.schedule.makespan == first.schedule.makespan
     assert "highspy" not in sys.modules  # HiGHS ran in its child process
     again = solve(problem, SolveOptions(solver="cpsat", time_limit=20, threads=2))  # and CP-SAT still loads
-    assert again.status == "optimal"
+    assert again.schedule.method.name == "cpsat" and again.schedule.makespan == first.schedule.makespan
 
 
 def _task(problem, phase=Phase.MAKESPAN, makespan_cap=None):
@@ -57,6 +59,11 @@ START_CASES = {
                        Phase.MAKESPAN, None),
     "least-offload": (dict(devices=2, microbatches=4, memory_capacity=1, offload=OFFLOAD), Phase.OVERHEAD, "warm"),
     "memory": (dict(devices=3, microbatches=4, memory_capacity=[3, 2, 2], memory_weight_hold=0.5), Phase.MEMORY, None),
+    # the warm start recomputes (R ops: their choices, starts, and the memory shares they free)
+    "recompute": (dict(devices=3, microbatches=4, memory_capacity=1.5, recompute={"keep": 0.25, "time": 1}),
+                  Phase.MAKESPAN, None),
+    "recompute-overhead": (dict(devices=3, microbatches=4, memory_capacity=1.5, recompute={"keep": 0.25},
+                                offload={**OFFLOAD, "fraction": 0.5}), Phase.OVERHEAD, "warm"),
 }
 
 
@@ -65,9 +72,12 @@ def test_starting_solution_is_a_solution_of_the_model(name):
     # HiGHS drops a starting solution that breaks a bound or a row (and PuLP's CBC refused one
     # outright: "initial value ... > upBound"); every value must sit in its bounds, every row hold.
     case, phase, cap = START_CASES[name]
-    m = backend._build(_task(make_problem(**case), phase, cap))
-    values = backend._start_values(m, _task(make_problem(**case), phase, cap).hint)
+    task = _task(make_problem(**case), phase, cap)
+    m = backend._build(task)
+    values = backend._start_values(m, task.hint)
     assert values
+    if "recompute" in case:
+        assert task.hint.recomputed and any(values[rc.chosen.name] for rc in m.v.recomputes.values())
     for var in m.v.lp.variables():
         var.varValue = values[var.name]
         assert var.valid(1e-9), (var.name, values[var.name], var.lowBound, var.upBound)
@@ -110,3 +120,26 @@ def test_deterministic_search_ends_by_its_work_limit():
         pytest.skip("this machine is too slow for the deterministic limits: the wall clock decided a step")
     first, second = ([(op.op, op.start) for op in r.schedule.ops] for r in runs)
     assert first == second
+
+
+def test_partial_offload_amounts_reach_the_optimum():
+    # Two devices, two microbatches, every op 2, activation 1, cap 1.5, 0.5 each way: moving whole
+    # shares (2 time units each way) gives 18 at best; moving half of each of two activations (1 each
+    # way) gives 15, and no less. At 15 the least offloaded total is 1: device 0 must hold both
+    # microbatches at once (else it runs them one after the other: 18), so 0.5 of the first is away
+    # when the second's F starts, and 0.5 of the second when the first's RELOAD starts.
+    problem = make_problem(devices=2, microbatches=2, time_forward=2, time_backward_input=2, time_backward_weight=2,
+                           memory_capacity=1.5, offload={"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}})
+    result = solve(problem, SolveOptions(solver="milp", time_limit=30, threads=1))
+    assert result.status == "optimal" and result.schedule.makespan == pytest.approx(15)
+    amounts = [op.amount for op in result.schedule.ops if op.kind is OpKind.OFFLOAD]
+    assert all(0 < a < 1 for a in amounts) and sum(amounts) == pytest.approx(1)
+    assert check(result.schedule).ok
+
+
+def test_least_peak_with_partial_amounts():
+    # the memory objective on a continuous model (amounts of any size): the least peak is one
+    # activation (a forward holds it when it starts), proven
+    problem = make_problem(devices=2, microbatches=2, memory_capacity=1.5, offload=OFFLOAD)
+    result = solve(problem, SolveOptions(solver="milp", time_limit=30, threads=1, objective="memory"))
+    assert result.status == "optimal" and max(result.schedule.peak_memory) == pytest.approx(1)

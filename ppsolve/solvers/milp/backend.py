@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from importlib import metadata
 from dataclasses import dataclass, field
+from fractions import Fraction
+from importlib import metadata
 
 import pulp
 
@@ -28,6 +29,9 @@ from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
 NAME = "milp"
+# Offloaded amounts are continuous variables (any amount in (0, fraction x activation], as the contract
+# allows): the model's proofs hold for the contract's problem (read by the solve pipeline).
+CONTINUOUS_AMOUNTS = True
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
@@ -38,6 +42,15 @@ HIGHS_TIME_SHARE = 0.85
 # docs/solver.md).
 HIGHS_CHECKS_PER_SECOND = 30
 EPS = 1e-6
+# Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
+# so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
+# tolerances are tightened so that a solution's rows hold to ~1e-9, and its values snap to fractions
+# (``_snap``) before the checker sees them.
+CONTINUOUS_GAP = 1e-6
+FEASIBILITY_TOLERANCE = 1e-9
+SNAP_DENOMINATOR = 10**4
+SNAP_TOLERANCE = 1e-9  # relative: never more than the checker allows
+MIN_AMOUNT = 1e-9  # a transfer moving less (relative to its most) is left out of the schedule
 
 
 def _cbc(**kwargs):
@@ -66,36 +79,57 @@ class _Model:
     weight: int = 1  # MEMORY: objective = weight * max peak + sum of peaks
     schedule_peaks: list = field(default_factory=list)  # of the starting schedule (user units)
 
-    def primary(self, value: float) -> int:
-        """The phase's quantity from an objective value (integral; rounded towards the value)."""
+    def primary(self, value: float) -> float:
+        """The phase's quantity from an objective value: integral (rounded towards the value) when the
+        model's objective is, else the value itself."""
+        if self.v.continuous:
+            return value
         return int(value // self.weight) if self.weight > 1 else int(round(value))
 
+    def bound(self, dual: float) -> float:
+        """The phase's quantity that the search's dual bound proves (integral objectives round up)."""
+        if self.v.continuous:
+            return dual
+        return self.primary(math.ceil(dual - EPS))
 
-def _symmetry(task: PhaseTask, offload: bool) -> str:
+
+def _symmetry(task: PhaseTask, choices: bool) -> str:
+    """"all" (every (stage, kind) in microbatch order) unless the model decides per (s, j) whether
+    to offload or recompute ("first"), or symmetry breaking is off."""
     if not task.options.symmetry:
         return "none"
-    return "first" if offload else "all"
+    return "first" if choices else "all"
+
+
+def _levers(task: PhaseTask) -> tuple[bool, bool]:
+    """(offload, recompute): which memory levers the model decides."""
+    problem, scaling, options = task.problem, task.scaling, task.options
+    offload = options.offload and problem.can_offload and any(a > 0 for a in scaling.offload_amount)
+    recompute = getattr(options, "recompute", True) and problem.can_recompute
+    return offload, recompute
 
 
 def _build(task: PhaseTask) -> _Model:
-    problem, scaling, options, budget = task.problem, task.scaling, task.options, task.budget
-    offload = options.offload and problem.can_offload and any(a > 0 for a in scaling.offload_amount)
+    problem, scaling, budget = task.problem, task.scaling, task.budget
+    offload, recompute = _levers(task)
     H = trivial_horizon(problem, scaling)
     for cap in (task.horizon, task.makespan_cap):
         if cap is not None:
             H = min(H, cap)
     lp = pulp.LpProblem(f"ppsolve_{task.phase.value}", pulp.LpMinimize)
-    v = build_variables(lp, problem, scaling, H, offload, _symmetry(task, offload), budget.check)
+    v = build_variables(lp, problem, scaling, H, offload, _symmetry(task, offload or recompute), budget.check,
+                        recompute=recompute)
     budget.check()
     constraints.precedences(v)
     budget.check()
     constraints.device_no_overlap(v)
     budget.check()
+    constraints.recompute_or_offload(v)
     constraints.transfers(v)
     m = _Model(v)
     if task.phase is Phase.MEMORY:
         ranges = peak_ranges(problem, scaling)
-        m.peaks = [v.integer(f"peak_{d}", low, high) for d, (low, high) in enumerate(ranges)]
+        m.peaks = [v.number(f"peak_{d}", low, high) for d, (low, high) in enumerate(ranges)]
         constraints.memory(v, m.peaks, budget.check)
     elif any(c is not None for c in scaling.capacity):
         constraints.memory(v, scaling.capacity, budget.check)
@@ -105,7 +139,7 @@ def _build(task: PhaseTask) -> _Model:
     if task.phase is Phase.MAKESPAN:
         objective.minimise_makespan(v)
     elif task.phase is Phase.OVERHEAD:
-        objective.minimise_offload(v, task.makespan_cap)
+        objective.minimise_overhead(v, task.makespan_cap)
     else:
         m.weight = objective.minimise_peak(v, m.peaks, [high for _, high in peak_ranges(problem, scaling)],
                                            task.makespan_cap if task.makespan_cap is not None else H)
@@ -117,70 +151,89 @@ def _build(task: PhaseTask) -> _Model:
 
 def _start_values(m: _Model, schedule: Schedule) -> dict[str, float]:
     """Every variable's value in ``schedule`` (model units), by variable name; {} when the schedule
-    is not a solution of the model (a transfer the model lacks, a partial amount)."""
-    v, sc, p = m.v, m.v.scaling, m.v.problem
+    is not a solution of the model (an R or a transfer the model lacks, an amount above its most)."""
+    v, sc = m.v, m.v.scaling
     by_op = {op.op: op for op in schedule.ops}
-    start = {op: sc.time(by_op[op].start) for op in v.start}
+    if any((op.kind is OpKind.R and (op.stage, op.microbatch) not in v.recomputes)
+           or (op.kind.is_transfer and (op.stage, op.microbatch) not in v.transfers) for op in by_op):
+        return {}
+    amount = {key: sc.memory_scale * by_op[Op(OpKind.OFFLOAD, *key)].amount
+              for key in v.transfers if Op(OpKind.OFFLOAD, *key) in by_op}
+    if any(a > v.transfers[key].most + 1e-9 for key, a in amount.items()):
+        return {}
+    start, end = _placed(v, by_op, amount)
     m.schedule_peaks = schedule.peak_memory
     values: dict[str, float] = {var.name: start[op] for op, var in v.start.items()}
-    for op in by_op:
-        if op.kind.is_transfer and ((op.stage, op.microbatch) not in v.transfers
-                                    or abs(by_op[op].amount - p.max_offload(op.stage)) > 1e-9):
-            return {}
     for (a, b), y in v.order.items():
         values[y.name] = int(start[a] < start[b])
-    times = {}  # transfer start times (chosen or not: a phantom sits right after its F)
-    for (s, j), t in v.transfers.items():
-        off, rel = by_op.get(Op(OpKind.OFFLOAD, s, j)), by_op.get(Op(OpKind.RELOAD, s, j))
-        o = sc.time(off.start) if off else _within(t.off, start[Op(OpKind.F, s, j)] + v.dur(Op(OpKind.F, s, j)))
-        r = sc.time(rel.start) if rel else _within(t.rel, o + t.d_off)
-        values[t.chosen.name], values[t.off.name], values[t.rel.name] = int(off is not None), o, r
-        times[(s, j)] = (o, r, off is not None)
-    ends = {op: start[op] + v.dur(op) for op in v.start}
-    values[v.makespan.name] = max(ends.values())
-    for var in v.lp.variables():
-        if var.name in values:
-            continue
-        values[var.name] = _derived(var.name, values, start, ends, times, m)
+    for (a, b), z in v.lane_order.items():
+        values[z.name] = int(start[a] <= start[b])
+    for key, rc in v.recomputes.items():
+        values[rc.chosen.name] = int(rc.op in by_op)
+    for key, t in v.transfers.items():
+        values[t.chosen.name] = int(key in amount)
+        values[t.amount.name] = amount.get(key, 0.0)
+        values[t.off.name], values[t.rel.name] = start[Op(OpKind.OFFLOAD, *key)], start[Op(OpKind.RELOAD, *key)]
+    values[v.makespan.name] = max(end[op] for op in end if _present(op, by_op))
+    for name, indicator in v.indicators.items():
+        values[name] = indicator(start, end)
+    peaks = [sc.memory_scale * x for x in m.schedule_peaks]
+    for d, var in enumerate(m.peaks):
+        values[var.name] = peaks[d] if v.continuous else math.ceil(peaks[d] - EPS)
+    if m.peaks:
+        values["max_peak"] = max(values[var.name] for var in m.peaks)
+    variables = {var.name: var for var in v.lp.variables()}
+    for name, value in values.items():
+        variables[name].varValue = value
+    for name, uppers in v.shares.items():  # as far as its bounds allow: exactly what is away
+        values[name] = max(0.0, min(_value(u) for u in uppers + [variables[name].upBound]))
     return values
 
 
-def _within(var: pulp.LpVariable, x: int) -> int:
-    """x moved into var's bounds (the times of a transfer that is not chosen are free otherwise)."""
-    return min(max(x, var.lowBound), var.upBound)
+def _value(x) -> float:
+    return float(x) if isinstance(x, (int, float)) else float(x.value())
 
 
-def _derived(name: str, values, start, ends, times, m: _Model) -> float:
-    """The value of a lane order, memory indicator or peak variable, from the schedule's times."""
-    kind, *rest = name.split("_")
-    if kind == "z":  # z_K_s_j_K_s_j: 1 when the first transfer starts first
-        ka, sa, ja, kb, sb, jb = rest
-        ta = times[(int(sa), int(ja))][0 if ka == "OFFLOAD" else 1]
-        tb = times[(int(sb), int(jb))][0 if kb == "OFFLOAD" else 1]
-        return int(ta <= tb)
-    if kind in ("p", "qb", "qw", "g"):
-        s, j, where, j_e = rest
-        s, j = int(s), int(j)
-        k_e, s_e = where[0], int(where[1:])
-        at = start[Op(OpKind.F, s_e, int(j_e))] if k_e == "F" else times[(s_e, int(j_e))][1]
-        if kind == "p":
-            return int(start[Op(OpKind.F, s, j)] <= at)
-        if kind in ("qb", "qw"):
-            return int(ends[Op(OpKind.B if kind == "qb" else OpKind.W, s, j)] <= at)
-        o, r, chosen = times[(s, j)]
-        return int(chosen and o + m.v.transfers[(s, j)].d_off <= at < r)
-    peaks = [m.v.scaling.memory_scale * x for x in m.schedule_peaks]
-    if kind == "peak":
-        return math.ceil(peaks[int(rest[0])] - EPS)
-    return math.ceil(max(peaks) - EPS)  # max_peak
+def _present(op: Op, by_op) -> bool:
+    return op.kind in (OpKind.F, OpKind.B, OpKind.W) or op in by_op
+
+
+def _placed(v: Variables, by_op: dict, amount: dict) -> tuple[dict, dict]:
+    """(start, end) of every op the model has, in model units; a phantom R sits right after its F
+    (within its bounds), a phantom transfer, moving nothing, there too."""
+    sc = v.scaling
+
+    def at(x: float) -> float:
+        return sc.time_scale * x if v.continuous else sc.time(x)
+
+    start, end = {}, {}
+    for op, var in v.start.items():
+        if op in by_op:
+            start[op] = at(by_op[op].start)
+        else:
+            f = Op(OpKind.F, op.stage, op.microbatch)
+            start[op] = min(max(at(by_op[f].end), var.lowBound), var.upBound)
+        end[op] = start[op] + v.dur(op)
+    for key, t in v.transfers.items():
+        for kind, var, per in ((OpKind.OFFLOAD, t.off, t.off_per_unit), (OpKind.RELOAD, t.rel, t.rel_per_unit)):
+            op = Op(kind, *key)
+            if op in by_op:
+                start[op] = at(by_op[op].start)
+            else:
+                start[op] = min(max(end[Op(OpKind.F, *key)], var.lowBound), var.upBound)
+            end[op] = start[op] + per * amount.get(key, 0.0)
+    return start, end
 
 
 # ----- solving -----
 
-def _highs_options(task: PhaseTask) -> dict:
+def _highs_options(task: PhaseTask, continuous: bool) -> dict:
     deterministic = task.limit.deterministic is not None
     threads = 1 if deterministic else task.options.threads
-    options = {"mip_rel_gap": 0.0, "mip_abs_gap": 1 - EPS, "random_seed": task.options.seed}
+    options = {"mip_rel_gap": 0.0, "mip_abs_gap": CONTINUOUS_GAP if continuous else 1 - EPS,
+               "random_seed": task.options.seed}
+    if continuous:
+        options["mip_feasibility_tolerance"] = options["primal_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
     if threads:
         options["threads"] = threads
     if deterministic:  # work the interrupt checks do not see (see HIGHS_CHECKS_PER_SECOND)
@@ -203,7 +256,7 @@ class _Record:
 
     def bound(self, bound: float) -> None:
         if _finite(bound):
-            self.task.progress.update(bound=self.m.primary(math.ceil(bound - EPS)))
+            self.task.progress.update(bound=self.m.bound(bound))
 
 
 def _finite(x) -> bool:
@@ -211,20 +264,32 @@ def _finite(x) -> bool:
 
 
 def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
-    """A solution in user units (durations from the problem; amounts the full allowed share)."""
+    """A solution in user units: durations from the problem, the chosen R ops, and the chosen
+    transfers with their amounts (one moving nothing is left out). Integral models' times are
+    rounded; continuous values snap to a near fraction with a small denominator (a vertex of the
+    model's LP sits on one; solver tolerances move it off by ~1e-9)."""
     v, sc, p = m.v, m.v.scaling, m.v.problem
+    snap = _snap if v.continuous else round
     ops = []
     for op, var in v.start.items():
-        t = sc.to_time(round(values[var.name]))
+        if op.kind is OpKind.R and values[v.recomputes[(op.stage, op.microbatch)].chosen.name] < 0.5:
+            continue
+        t = sc.to_time(snap(values[var.name]))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, p.placement[op.stage], t,
                                t + p.duration(op.kind, op.stage)))
     for (s, j), tr in v.transfers.items():
-        if values[tr.chosen.name] > 0.5:
-            amount = p.max_offload(s)
+        amount = min(p.max_offload(s), _snap(values[tr.amount.name]) / sc.memory_scale)
+        if values[tr.chosen.name] > 0.5 and amount > MIN_AMOUNT * max(1.0, p.max_offload(s)):
             for kind, var in ((OpKind.OFFLOAD, tr.off), (OpKind.RELOAD, tr.rel)):
-                x = sc.to_time(round(values[var.name]))
+                x = sc.to_time(snap(values[var.name]))
                 ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
     return ops
+
+
+def _snap(x: float) -> float:
+    """x, or the fraction with denominator up to SNAP_DENOMINATOR within SNAP_TOLERANCE of it."""
+    f = Fraction(x).limit_denominator(SNAP_DENOMINATOR)
+    return float(f) if abs(float(f) - x) <= SNAP_TOLERANCE * max(1.0, abs(x)) else x
 
 
 def run_phase(task: PhaseTask) -> PhaseAnswer:
@@ -242,7 +307,7 @@ def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Rec
     arrays, names = highs_process.lp_arrays(m.v.lp)
     task.budget.check()
     work = None if limit.deterministic is None else max(1, int(HIGHS_CHECKS_PER_SECOND * limit.deterministic))
-    request = {"lp": arrays, "options": _highs_options(task), "work_limit": work,
+    request = {"lp": arrays, "options": _highs_options(task, m.v.continuous), "work_limit": work,
                "start": [float(start.get(name, 0.0)) for name in names] if start else None,
                "until": limit.until, "time_share": HIGHS_TIME_SHARE}
     run = highs_process.HighsRun(request, lambda values, value, bound: record.solution(dict(zip(names, values)),
@@ -264,10 +329,13 @@ def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Rec
     if outcome is None:
         return PhaseAnswer(Status.FEASIBLE if ops else Status.UNKNOWN, ops, None, interrupted, False, True)
     proven = outcome.status == "kOptimal"
-    bound = m.primary(math.ceil(outcome.bound - EPS)) if _finite(outcome.bound) else None
+    bound = m.bound(outcome.bound) if _finite(outcome.bound) else None
     if proven and ops:
         state = Status.OPTIMAL
-        bound = m.primary(outcome.objective) if bound is None else bound
+        # proven to HiGHS' tolerance: the integral models round the bound up past EPS, a continuous
+        # one's dual bound sits at most CONTINUOUS_GAP below the objective (numerical noise, e.g.
+        # 14.249999858 for 14.25): the objective is the bound, as the rounding makes it for the others
+        bound = m.primary(outcome.objective) if bound is None or m.v.continuous else bound
     elif ops:
         state = Status.FEASIBLE
     elif outcome.status == "kInfeasible":
@@ -290,8 +358,9 @@ def _run_cbc(task: PhaseTask, m: _Model, start: dict[str, float], record: _Recor
             var.setInitialValue(start[var.name])
 
     def search(warm: bool):
+        gap = CONTINUOUS_GAP if m.v.continuous else 1 - EPS
         solver = _cbc(msg=False, timeLimit=max(1, math.floor(0.8 * limit.seconds())), threads=options.threads or 1,
-                      warmStart=warm, gapRel=0.0, gapAbs=1 - EPS, options=[f"randomSeed {options.seed + 1}"])
+                      warmStart=warm, gapRel=0.0, gapAbs=gap, options=[f"randomSeed {options.seed + 1}"])
         return lp.solve(solver)
 
     for warm in ([True, False] if start else [False]):

@@ -114,4 +114,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Leave without the interpreter's shutdown: the thread that watches stdin holds its lock, and
+    # finalisation waited a second for it (then aborted) on every run. Every message is flushed.
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)
