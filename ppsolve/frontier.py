@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -29,6 +29,7 @@ from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, Ppso
 from ppsolve.jsonio import write_text_atomic
 from ppsolve.methods import Method, RunOptions, all_methods, get_method
 from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
 
 SOLVER = "cpsat"
 DEFAULT_POINTS = 7
@@ -82,13 +83,13 @@ def curve_name(problem: Problem) -> str:
 
 
 def lever_variants(problem: Problem) -> list[Problem]:
-    """``problem``, then with its levers taken away one at a time: the recompute block, then the
-    offload link (offload and recompute -> offload -> no lever)."""
+    """``problem``, then with fewer levers: with both, offload only and recompute only; then no lever
+    (offload and recompute -> offload -> recompute -> no lever)."""
     variants = [problem]
-    if problem.can_recompute:
-        variants.append(variants[-1].replace(recompute=None))
-    if problem.can_offload:
-        variants.append(variants[-1].replace(offload=None))
+    if problem.can_recompute and problem.can_offload:
+        variants += [problem.replace(recompute=None), problem.replace(offload=None)]
+    if problem.can_recompute or problem.can_offload:
+        variants.append(problem.replace(recompute=None, offload=None))
     return variants
 
 
@@ -170,16 +171,22 @@ def _run(solver: Method, problem: Problem, options: RunOptions) -> tuple[Frontie
 
 def sweep(problem: Problem, solver: Method, capacities: Sequence[float | None], options: RunOptions,
           curve: str, on_point: Callable[[FrontierPoint], None] | None = None,
-          known: dict[float | None, FrontierPoint] | None = None) -> list[FrontierPoint]:
+          known: dict[float | None, FrontierPoint] | None = None,
+          starts: dict[float | None, list[Schedule]] | None = None) -> list[FrontierPoint]:
     """The solver at each capacity (same on every device), with the monotone repair.
-    ``known`` holds runs already made (by capacity), which are not repeated."""
+    ``known`` holds runs already made (by capacity), which are not repeated. ``starts`` collects the
+    valid schedules by capacity, and what it holds for a capacity is passed to the solver as
+    schedules to start from (``RunOptions.also_start_from``)."""
     points = []
     best: tuple[float, float | None] | None = None  # (makespan, capacity it came from)
     for cap in _sorted_caps(capacities):
         if known and cap in known:
             point = known[cap]
         else:
-            point, _ = _run(solver, problem.replace(capacity=cap), options)
+            given = tuple(starts.get(cap, ())) if starts is not None else ()
+            point, schedule = _run(solver, problem.replace(capacity=cap), replace(options, also_start_from=given))
+            if starts is not None and schedule is not None and point.valid:
+                starts.setdefault(cap, []).append(schedule)
         point.curve, point.capacity = curve, cap
         if point.valid and point.makespan is not None and (best is None or point.makespan < best[0]):
             best = (point.makespan, cap)
@@ -217,7 +224,9 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
                      on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
     """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule);
     with ``compare``, also on the problem with fewer levers (:func:`lever_variants`), each from its
-    own least feasible capacity."""
+    own least feasible capacity. Those run first, and at each capacity their answers are schedules
+    the solve with every lever starts from: with more levers a point is never longer than with fewer
+    (the solver never ends above a schedule it starts from)."""
     solver = get_solver(solver_name)
     reason = solver.why_not(problem)
     if reason is not None:
@@ -238,11 +247,14 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
         raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
                                          f"({low:g}{'' if levers == 'no-lever' else ' with ' + levers})")
     known = {None: unbounded} if unbounded is not None else None
-    frontier.points += sweep(problem, solver, capacities, options, curve_name(problem), on_point, known)
-    for variant in lever_variants(problem)[1:] if compare else []:
+    starts: dict[float | None, list[Schedule]] = {}
+    fewer = []
+    for variant in reversed(lever_variants(problem)[1:]) if compare else []:
         least = least_capacity(variant)
         caps = _sorted_caps([least] + [c for c in capacities if c is None or c >= least])
-        frontier.points += sweep(variant, solver, caps, options, curve_name(variant), on_point)
+        fewer += sweep(variant, solver, caps, options, curve_name(variant), on_point, starts=starts)
+    frontier.points += sweep(problem, solver, capacities, options, curve_name(problem), on_point, known, starts)
+    frontier.points += fewer
     if baselines:
         frontier.points += baseline_points(problem, options, exclude=solver.name)
     return frontier

@@ -29,6 +29,7 @@ class RunOptions:
     ignore_capacity: bool = False
     quiet: bool = True
     warm_start: str = "auto"
+    also_start_from: tuple = ()  # solvers: schedules (of this pipeline) tried beside the warm start
 
 
 @dataclass(frozen=True)

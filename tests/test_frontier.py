@@ -130,7 +130,7 @@ def _both_levers(**extra):
     return tiny_problem(2, 3, offload=LEVERS, **extra).replace(recompute={"keep": 0.25, "time": 1})
 
 
-def test_three_curves_take_the_levers_away_one_at_a_time(monkeypatch):
+def test_the_curves_take_the_levers_away(monkeypatch):
     seen: dict[str, set] = {}
 
     def recording(problem, options):
@@ -140,8 +140,9 @@ def test_three_curves_take_the_levers_away_one_at_a_time(monkeypatch):
     register_for_test(monkeypatch, Method("cpsat", "solver", "test", "any", lambda p: None, recording))
     problem = _both_levers()
     frontier = compute_frontier(problem, capacities=[1.0, 2.0, None], time_limit=1, baselines=False)
-    assert frontier.curves == ["no-lever", "offload", "offload+recompute"]
-    assert seen == {"offload+recompute": {(True, True)}, "offload": {(True, False)}, "no-lever": {(False, False)}}
+    assert frontier.curves == ["no-lever", "recompute", "offload", "offload+recompute"]
+    assert seen == {"offload+recompute": {(True, True)}, "offload": {(True, False)}, "recompute": {(False, True)},
+                    "no-lever": {(False, False)}}
     for name in frontier.curves:
         assert [p.capacity for p in frontier.curve(name)] == [1.0, 2.0, None]
     # a problem that can only recompute: its curve and the one without
@@ -160,16 +161,45 @@ def test_three_curves_with_the_solver_on_a_tiny_problem(tmp_path):
                  "-o", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = read_frontier_points(tmp_path / "frontier.csv")
-    curves = {name: [p for p in points if p.curve == name] for name in ("offload+recompute", "offload", "no-lever")}
+    names = ("offload+recompute", "offload", "recompute", "no-lever")
+    curves = {name: [p for p in points if p.curve == name] for name in names}
     assert {p.curve for p in points} == set(curves)
     for name, curve in curves.items():
         assert curve[-1].capacity is None and all(p.valid for p in curve), name
     by_cap = {name: {p.capacity: p for p in curve} for name, curve in curves.items()}
+    compared = 0
     for cap, point in by_cap["offload+recompute"].items():
-        fewer = [by_cap[name].get(cap) for name in ("offload", "no-lever")]
-        proven = [p for p in (point, *fewer) if p is not None and p.status == "optimal"]
-        if len(proven) == 1 + sum(p is not None for p in fewer):  # more levers never hurt an optimum
-            assert all(point.best_makespan <= p.best_makespan + 1e-9 for p in fewer if p is not None)
+        # the solve with both levers starts from the single-lever answers at its cap: never longer
+        for name in ("offload", "recompute"):
+            if cap in by_cap[name]:
+                assert point.makespan <= by_cap[name][cap].makespan + 1e-9, (cap, name)
+                compared += 1
+    assert compared >= 2
+
+
+def test_both_levers_start_from_the_single_lever_answers(monkeypatch):
+    # a solver that returns the shortest schedule it is given to start from, else a serial one: the
+    # point with both levers is then never longer than a single-lever point at its cap
+    from ppsolve.schedule import Schedule
+    from ppsolve.solvers.warm_start import shortest
+
+    given = []
+
+    def fake(problem, options):
+        given.append(len(options.also_start_from))
+        if options.also_start_from:
+            best = shortest(list(options.also_start_from))
+            return Schedule(problem, best.method, best.ops)
+        return serial_schedule(problem, name="cpsat")
+
+    register_for_test(monkeypatch, Method("cpsat", "solver", "test", "any", lambda p: None, fake))
+    frontier = compute_frontier(_both_levers(), capacities=[2.0, None], time_limit=1, baselines=False)
+    both = {p.capacity: p for p in frontier.curve("offload+recompute")}
+    assert max(given) == 3  # offload only, recompute only and no lever at the same cap
+    for name in ("offload", "recompute", "no-lever"):
+        for point in frontier.curve(name):
+            if point.capacity in both:
+                assert both[point.capacity].makespan <= point.makespan + 1e-9
 
 
 def test_a_csv_with_the_old_curve_name_reads_as_no_lever(tmp_path):

@@ -42,7 +42,8 @@ def _build(name: str):
         result = solve(problem, SolveOptions(
             solver=name, time_limit=options.time_limit if options.time_limit is not None else 60.0,
             threads=options.threads, seed=options.seed, quiet=options.quiet,
-            ignore_capacity=options.ignore_capacity, warm_start=options.warm_start))
+            ignore_capacity=options.ignore_capacity, warm_start=options.warm_start,
+            also_start_from=options.also_start_from))
         return result.schedule
     return build
 

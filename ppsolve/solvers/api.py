@@ -84,6 +84,7 @@ class SolveOptions:
     makespan_limit: float | str | None = None
     warm_start: str = "auto"
     warm_schedule: Schedule | None = None  # a schedule to start from instead (``--warm-start FILE``, kept in warm_start)
+    also_start_from: tuple[Schedule, ...] = ()  # schedules tried beside the warm start (the frontier's single-lever answers)
     quiet: bool = True
     ignore_capacity: bool = False
     symmetry: bool = True

@@ -240,6 +240,11 @@ def _warm_start(run: _Run) -> Schedule | None:
                                                   max_tries=tries),
                           lambda: time.monotonic() > budget.deadline - budget.reserve
                           or (time.monotonic() > deadline and bool(found)))
+    for schedule in options.also_start_from:
+        try:
+            found.append(given_warm_start(problem, schedule))
+        except InputError as exc:
+            run.notes.append(f"a schedule to start from was left out: {exc}")
     warm = shortest(list(found))
     run.abandoned = run.abandoned or cut
     if cut and budget.deterministic:
