@@ -513,3 +513,27 @@ def time_limit_from_now(seconds: float) -> float:
     import time
 
     return time.monotonic() + seconds
+
+
+def test_shedding_trims_offloads_to_what_the_cap_needs():
+    # one device holds stages 0 and 1 (activation 2 each, cap 3): while F(1,0) runs, 1 of stage 0's
+    # activation must be away; a plan that offloads both activations whole fits, and after the pass
+    # stage 1's offload is gone and stage 0's moves 1 (room over [its offload's end, its reload's start)
+    # is 3 - 2)
+    from ppsolve.memory import peak_memory
+    from ppsolve.schedule import make_schedule
+    from ppsolve.simulator import forwards_wait_for_offloads, simulate
+    from ppsolve.solvers.shed import shed_levers, trim_amounts
+    from tests.helpers import make_problem, serial_orders
+
+    problem = make_problem(devices=1, chunks=2, placement="interleaved", microbatches=1, memory_activation=2,
+                           memory_capacity=3, offload={"bandwidth": {"d2h": 1, "h2d": 1}})
+    orders = serial_orders(problem, offload=True)
+    start = make_schedule(problem, simulate(problem, orders, waits=forwards_wait_for_offloads(orders)), "whole")
+    assert check(start).ok and start.offloaded == 4
+    trimmed = trim_amounts(problem, list(start.ops))
+    assert {(op.stage, op.amount) for op in trimmed if op.kind is OpKind.OFFLOAD} == {(0, 1.0), (1, 1.0)}
+    assert max(peak_memory(problem, trimmed)) <= 3 + 1e-9
+    shed = shed_levers(start)
+    assert check(shed).ok and shed.makespan <= start.makespan + 1e-9
+    assert [(op.stage, op.amount) for op in shed.ops if op.kind is OpKind.OFFLOAD] == [(0, 1.0)]

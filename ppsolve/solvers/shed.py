@@ -6,7 +6,10 @@ does not). Removing an R op or an OFFLOAD/RELOAD pair moves no other op: every d
 part in only made its B wait, so the times stay valid and the makespan does not grow; only the
 device's memory rises, between the F and the removed op. So each lever is dropped, one at a time
 (recomputes first, the most expensive first, then transfers, the largest first), when the peaks stay
-within the caps; the result is re-timed as the runtime runs it and checked.
+within the caps. Then each remaining offload moves only what the cap needs: moving δ less leaves δ
+more on the device from the offload's end to its reload's start, which is allowed while the device
+stays within its cap there, and the shorter transfers end earlier, which waits for nothing. The result
+is re-timed as the runtime runs it and checked.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import time
 
 from ppsolve.checker import check
-from ppsolve.memory import peak_memory
+from ppsolve.memory import memory_curves, peak_memory
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
@@ -34,19 +37,59 @@ def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
             + [(op.op, Op(OpKind.RELOAD, op.stage, op.microbatch)) for op in offloads])
 
 
+def _room(curve: list[tuple[float, float]], start: float, end: float, cap: float) -> float:
+    """How much more a device with step curve ``curve`` could hold over [start, end) within ``cap``."""
+    level, top = 0.0, None
+    for time_, after in curve:
+        if time_ >= end:
+            break
+        if time_ <= start:
+            level = after
+        else:
+            top = after if top is None else max(top, after)
+    top = level if top is None else max(top, level)
+    return cap - top
+
+
+def trim_amounts(problem, ops: list, until: float | None = None, max_tries: int | None = None) -> list:
+    """``ops`` with each offload (largest first) moving only what its device's cap needs (see the module
+    docstring); an offload that needs to move nothing is left whole (the dropping pass removes those)."""
+    ops = list(ops)
+    by_key = {(op.kind, op.stage, op.microbatch): i for i, op in enumerate(ops)}
+    offloads = sorted((op for op in ops if op.kind is OpKind.OFFLOAD), key=lambda o: (-o.amount, -o.start))
+    for off in offloads[:max_tries]:
+        if until is not None and time.monotonic() > until:
+            break
+        cap = problem.capacity[off.device]
+        if cap is None:
+            continue
+        i, k = by_key[(OpKind.OFFLOAD, off.stage, off.microbatch)], by_key[(OpKind.RELOAD, off.stage, off.microbatch)]
+        rel = ops[k]
+        curve = memory_curves(problem, [op for op in ops if op.device == off.device])[off.device]
+        spare = min(_room(curve, ops[i].end, rel.start, cap), ops[i].amount)
+        amount = ops[i].amount - spare
+        if spare <= 1e-9 * max(1.0, cap) or amount <= 1e-9 * max(1.0, ops[i].amount):
+            continue
+        ops[i] = ops[i]._replace(end=ops[i].start + problem.duration(OpKind.OFFLOAD, off.stage, amount), amount=amount)
+        ops[k] = rel._replace(end=rel.start + problem.duration(OpKind.RELOAD, off.stage, amount), amount=amount)
+    return ops
+
+
 def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int | None = None) -> Schedule:
-    """``schedule`` without the recomputes and offloads it can do without at its makespan (or itself);
-    stops trying at ``until`` (``time.monotonic()``) or after ``max_tries`` (deterministic mode)."""
+    """``schedule`` without the recomputes and offloads it can do without at its makespan, and moving
+    no more than its caps need (or itself); stops trying at ``until`` (``time.monotonic()``) or after
+    ``max_tries`` (deterministic mode)."""
     problem = schedule.problem
     ops = list(schedule.ops)
-    dropped = False
     for tries, group in enumerate(_candidates(schedule)):
         if (until is not None and time.monotonic() > until) or (max_tries is not None and tries >= max_tries):
             break
         trial = [op for op in ops if op.op not in group]
         if _fits(problem, trial):
-            ops, dropped = trial, True
-    if not dropped:
+            ops = trial
+    if problem.offload is not None:
+        ops = trim_amounts(problem, ops, until, max_tries)
+    if ops == list(schedule.ops):
         return schedule
     for build in (lambda: retime(problem, ops), lambda: ops):
         shed = make_schedule(problem, build(), schedule.method.name)
