@@ -95,3 +95,16 @@ def test_bad_schedule_is_one_clear_line(tmp_path, capsys, mutate, expected):
     assert code == 2
     assert expected in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_validation_leaves_the_file_as_it_is():
+    # the schemas' defaults (backward, chunks, duplex, ...) are for readers, never written into the input
+    import copy
+
+    from ppsolve.problem import problem_from_dict
+    from tests.helpers import problem_dict
+
+    data = problem_dict(offload={"bandwidth": {"d2h": 1, "h2d": 1}}, recompute={"keep": 0.5})
+    before = copy.deepcopy(data)
+    problem = problem_from_dict(data)
+    assert data == before and problem.to_dict() == before
