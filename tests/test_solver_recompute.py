@@ -537,3 +537,28 @@ def test_shedding_trims_offloads_to_what_the_cap_needs():
     shed = shed_levers(start)
     assert check(shed).ok and shed.makespan <= start.makespan + 1e-9
     assert [(op.stage, op.amount) for op in shed.ops if op.kind is OpKind.OFFLOAD] == [(0, 1.0)]
+
+
+def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond():
+    # the OVERHEAD phase first searches offloads of whole shares, then any amount from that start: on
+    # the bundled example (the warm start meets the bound, so OVERHEAD is the only search) the first
+    # step's solutions move whole shares only, and the answer moves no more than the best of them
+    from pathlib import Path
+
+    from ppsolve.problem import load_problem
+    from ppsolve.solvers import phases
+
+    problem = load_problem(Path(__file__).resolve().parent.parent / "instances" / "example.json")
+    seen = []
+    real = phases._Run.phase
+
+    def spy(self, phase, limit, hint, horizon=None, makespan_cap=None, whole_shares=False):
+        answer = real(self, phase, limit, hint, horizon, makespan_cap, whole_shares)
+        if whole_shares:
+            seen.extend([op for op in ops if op.kind is _OFF] for ops in answer.solutions)
+        return answer
+
+    with mock.patch.object(phases._Run, "phase", spy):
+        result = solved(problem, time_limit=8)
+    assert seen and all(op.amount == pytest.approx(problem.max_offload(op.stage)) for ops in seen for op in ops)
+    assert result.schedule.offloaded <= min(sum(op.amount for op in ops) for ops in seen) + 1e-9

@@ -136,6 +136,7 @@ class PhaseTask:
     hint: Schedule | None = None
     lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
     window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.window)
+    whole_shares: bool = False  # an offload moves its stage's whole share (a quick first step of OVERHEAD)
 
 
 @dataclass

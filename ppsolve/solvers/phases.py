@@ -70,6 +70,7 @@ WHOLE_MODEL_OPS = 3000
 LNS_AFTER_OPS = 200
 LNS_MIN_SECONDS = 5.0
 WHOLE_SHARE = 0.3
+WHOLE_SHARES_FIRST = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares before any amount
 SHED_TRIES = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
 
 
@@ -150,11 +151,11 @@ class _Run:
         return round(x / self.scaling.memory_scale, 9)
 
     def phase(self, phase: Phase, limit: Limit, hint: Schedule | None, horizon: int | None = None,
-              makespan_cap: int | None = None) -> PhaseAnswer:
+              makespan_cap: int | None = None, whole_shares: bool = False) -> PhaseAnswer:
         """Run one phase on the backend; building out of time gives UNKNOWN with a note."""
         cut = self.scaling.time(self.lb) if self.scaling.exact else 0
         task = PhaseTask(self.problem, self.scaling, phase, self.options, self.budget, limit, self.progress,
-                         horizon, makespan_cap, hint, cut)
+                         horizon, makespan_cap, hint, cut, whole_shares=whole_shares)
         try:
             answer = self.backend.run_phase(task)
         except TimeUp:
@@ -317,6 +318,16 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
+    if run.use_offload and getattr(run.backend, "WHOLE_SHARES", False):
+        # first with whole shares: a much smaller search that finds a good start for any amount
+        _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
+        limit = run.budget.search(share)
+        first = Limit(time.monotonic() + WHOLE_SHARES_FIRST * max(0.0, limit.until - time.monotonic()),
+                      None if limit.deterministic is None else WHOLE_SHARES_FIRST * limit.deterministic)
+        answer = run.phase(Phase.OVERHEAD, first, best, makespan_cap=sc.time(best.makespan), whole_shares=True)
+        start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+        if start is not None and overhead_key(start) < overhead_key(best):
+            best = start
     _overhead_progress(run, best, f"(at makespan {best.makespan:g})")
     answer = run.phase(Phase.OVERHEAD, run.budget.search(share), best, makespan_cap=sc.time(best.makespan))
     status = answer.status

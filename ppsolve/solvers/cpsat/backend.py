@@ -28,6 +28,7 @@ NAME = "cpsat"
 # 130-160 ops), and wall time runs up to about twice CPU time there (a shared 2-core machine), hence the
 # low rate (see docs/solver.md).
 DETERMINISTIC_PER_SECOND = 0.06
+WHOLE_SHARES = True  # PhaseTask.whole_shares: a model whose offloads move whole shares (a quick first step)
 WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
 WINDOW_PARAMETERS = {"linearization_level": 2}
@@ -65,7 +66,8 @@ def _build(task: PhaseTask) -> _Model:
     model = cp_model.CpModel()
     use_offload = options.offload and problem.can_offload
     upper = task.makespan_cap if task.makespan_cap is not None else task.horizon
-    v = build_variables(model, problem, scaling, use_offload, upper, budget.check, options.recompute)
+    v = build_variables(model, problem, scaling, use_offload, upper, budget.check, options.recompute,
+                        task.whole_shares)
     add_order_constraints(v, budget.check)
     m = _Model(model, v)
     if task.phase is Phase.MEMORY:

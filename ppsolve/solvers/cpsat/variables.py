@@ -112,9 +112,10 @@ def optional_recompute(model: cp_model.CpModel, v: Variables, s: int, j: int, ch
 
 
 def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, chosen,
-                      off_bounds: tuple[int, int], rel_bounds: tuple[int, int]) -> None:
+                      off_bounds: tuple[int, int], rel_bounds: tuple[int, int], whole: bool = False) -> None:
     """OFFLOAD and RELOAD of (s, j), present iff ``chosen``, moving a variable amount (1 to the stage's
-    share when present, 0 when not); their lengths follow the amount (:func:`transfer_rate`)."""
+    share when present, 0 when not; the whole share when ``whole``); their lengths follow the amount
+    (:func:`transfer_rate`)."""
     sc, p = v.scaling, v.problem
     top = sc.offload_amount[s]
     r = sc.activation[s] - (sc.weight_hold[s] if p.split_backward else 0)
@@ -123,7 +124,7 @@ def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, cho
     a_r = model.new_int_var(0, min(top, r), f"amount_r_{name}")
     a_h = model.new_int_var(0, min(top, sc.activation[s] - r), f"amount_h_{name}")
     model.add(amount == a_r + a_h)
-    model.add(amount >= 1).only_enforce_if(chosen)
+    model.add(amount >= (top if whole else 1)).only_enforce_if(chosen)
     model.add(amount == 0).only_enforce_if(chosen.Not())
     parts = []
     for kind, (lo, hi) in ((OpKind.OFFLOAD, off_bounds), (OpKind.RELOAD, rel_bounds)):
@@ -151,9 +152,11 @@ def transfer_rate(problem: Problem, scaling: Scaling, kind: OpKind) -> tuple[int
 
 
 def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, offload: bool,
-                    upper: int | None = None, check=lambda: None, recompute: bool = True) -> Variables:
-    """Intervals for every compute op, optional transfers where ``offload`` and a stage allows it,
-    and an optional R where the problem may recompute a stage.
+                    upper: int | None = None, check=lambda: None, recompute: bool = True,
+                    whole_shares: bool = False) -> Variables:
+    """Intervals for every compute op, optional transfers where ``offload`` and a stage allows it
+    (moving any amount, or the whole share with ``whole_shares``), and an optional R where the
+    problem may recompute a stage.
 
     ``upper`` (a makespan known to be reachable) tightens the horizon.
     """
@@ -175,7 +178,8 @@ def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling,
             if scaling.offload_amount[s] <= 0 or problem.max_offload(s) <= 0:
                 continue
             for j in range(problem.microbatches):
-                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"), (0, H), (0, H))
+                optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"), (0, H), (0, H),
+                                  whole_shares)
     for s in recomputable_stages(problem, scaling) if recompute else ():
         for j in range(problem.microbatches):
             optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), 0, H)
