@@ -153,6 +153,14 @@ def section(plans: list[Plan], time_limit: float, threads: int | None, command: 
             lines += ["", f"Offload + recompute is {verdict} the better single lever "
                           f"({both.makespan:.2f} against {best_single:.2f}: "
                           f"{100 * (1 - both.makespan / best_single):.1f} % shorter); bound {_fmt(bound)}."]
+            full = [p.makespan for p in mine if p.plan.startswith(("1f1b-recompute", "interleaved-1f1b-recompute"))
+                    and p.makespan is not None]
+            offload = solved.get("offload only")
+            if full and offload:
+                other = min(min(full), offload.makespan)
+                lines.append(f"Against the better of Megatron's full recompute (best of its rows: {min(full):.2f}) "
+                             f"and offload only ({offload.makespan:.2f}): {100 * (1 - both.makespan / other):.1f} % "
+                             f"shorter, {100 * (both.makespan - bound) / both.makespan:.1f} % above the bound.")
         lines.append("")
     return "\n".join(lines)
 
@@ -165,7 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--section", type=Path, help="write the markdown section here")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--render", type=Path, help="only write the section from the rows of an earlier --json "
+                                                    "(with that run's --time-limit and --threads)")
     args = parser.parse_args(argv)
+    if args.render:
+        plans = [Plan(**row) for row in json.loads(args.render.read_text())]
+        command = f"PYTHONPATH=. python benchmarks/recompute_bench.py --time-limit {args.time_limit:g}" + (
+            f" --threads {args.threads}" if args.threads else "")
+        text = section(plans, args.time_limit, args.threads, command)
+        if args.section:
+            write_text_atomic(args.section, text)
+        print(text)
+        return 0
     paths = args.problems or (sorted((ROOT / "instances" / "realistic").glob("*.json")) if args.all else [DEFAULT])
     plans: list[Plan] = []
     for path in paths:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.ops import OpKind
+from ppsolve.problem import load_problem
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
 from tests.helpers import make_problem
 
@@ -155,3 +157,23 @@ def test_a_single_lever_answer_starts_a_solve_with_both_levers():
     assert recomputing.recomputed > 0
     with pytest.raises(InputError, match="warm-start.*another problem: recompute"):
         given_warm_start(problem.replace(recompute=None), recomputing)
+
+
+REALISTIC = sorted((Path(__file__).resolve().parent.parent / "instances" / "realistic").glob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REALISTIC, ids=lambda p: p.stem)
+def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_either(path):
+    # the same guarantee on every problem of instances/realistic/, at its own cap and at the least cap
+    # recompute admits (what a frontier's first point uses)
+    from ppsolve.bounds import min_capacity
+
+    problem = load_problem(path)
+    least = max(min_capacity(problem, offload=True, recompute=True))
+    for capped in (problem, problem.replace(capacity=least)):
+        both = best_warm_start(capped)
+        singles = [s.makespan for s in (best_warm_start(capped.replace(recompute=None)),
+                                        best_warm_start(capped.replace(offload=None))) if s is not None]
+        assert both is not None and check(both).ok
+        assert not singles or both.makespan <= min(singles) + 1e-9

@@ -13,8 +13,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Runs the solver at capacities from the least feasible to unbounded (the same on every "
                     "device), draws its makespan against capacity with the baselines as points at their own "
                     "peak memory, and writes the figures as CSV beside the image. A problem with an offload link "
-                    "or a recompute block also gets the curves with fewer levers: offload and recompute, "
-                    "offload only, no lever.")
+                    "or a recompute block also gets the curves with fewer levers (with both: offload only and "
+                    "recompute only, whose answers at each capacity the solve with both starts from, so it is "
+                    "never longer; then no lever).")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("--capacities", default="auto",
                         help="'auto' (least feasible .. unbounded peak) or a list like 4,6,8,inf")
@@ -24,7 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--solver", default="cpsat", help="solver method (default cpsat)")
     parser.add_argument("--no-compare", action="store_true",
                         help="only the problem's own curve: skip the curves with fewer memory levers (offload "
-                             "only, no lever)")
+                             "only, recompute only, no lever)")
     parser.add_argument("--no-baselines", action="store_true", help="do not run the baselines")
     parser.add_argument("-o", "--output", required=True, help="image: .png, .svg or .pdf")
     parser.add_argument("--csv", help="CSV file (default: the image's path with .csv)")
