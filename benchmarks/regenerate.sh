@@ -27,5 +27,6 @@ $PY benchmarks/bound_tightness.py --time-limit 150
 $PY benchmarks/block_bench.py --seconds 30 --section docs/bench/sections/43-building-block.md
 $PY benchmarks/split_bench.py --seconds 300 --section docs/bench/sections/44-split-bound.md
 $PY benchmarks/make_realistic.py
+$PY -m ppsolve frontier instances/realistic/llama8b-like-8x32-cap20-decide.json --capacities 14,20,27,inf --time-limit 20 --threads 2 -o docs/images/frontier-llama8b-levers.png
 $PY benchmarks/recompute_bench.py --time-limit 300 --threads 2 --section docs/bench/sections/50-recompute.md --json docs/bench/recompute.json
-$PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --out BENCHMARKS.md
+$PY benchmarks/write_benchmarks_md.py --results docs/bench/results.csv --instances instances --frontier docs/images/frontier-lin-d4-m16-k1.png --frontier docs/images/frontier-vsh2-d4-m16-uneven.png --frontier docs/images/frontier-llama8b-levers.png --out BENCHMARKS.md
