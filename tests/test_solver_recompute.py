@@ -562,3 +562,29 @@ def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond():
         result = solved(problem, time_limit=8)
     assert seen and all(op.amount == pytest.approx(problem.max_offload(op.stage)) for ops in seen for op in ops)
     assert result.schedule.offloaded <= min(sum(op.amount for op in ops) for ops in seen) + 1e-9
+
+
+def test_time_kept_for_the_overhead_phase_goes_back_to_the_search_when_no_lever_is_used():
+    # a problem with an offload link: the makespan search keeps time for the overhead phase; when its
+    # best schedule uses no lever (and is not proven), that phase does not run and the search goes on
+    # with the time (the whole model is stubbed to "not proven" so that the search runs at all)
+    from ppsolve.solvers import phases
+    from tests.helpers import make_problem
+
+    problem = make_problem(devices=4, microbatches=24, time_forward=[1, 1, 1, 3],
+                           offload={"bandwidth": {"d2h": 0.25, "h2d": 0.25}})
+    calls = []
+    real = phases._large_neighbourhoods
+
+    def spy(run, start, share, keep):
+        calls.append(keep)
+        return real(run, start, share, keep)
+
+    with mock.patch.object(phases, "_large_neighbourhoods", spy), \
+            mock.patch.object(phases, "_minimise_makespan", lambda run, warm, share, keep: (warm, run.lb, False)):
+        result = solved(problem, time_limit=12)
+    assert calls and calls[0] > 0  # the first search keeps time for the overhead phase
+    if result.schedule.offloaded or result.schedule.recomputed:
+        assert len(calls) == 1
+    else:
+        assert calls[-1] == 0.0 and len(calls) == 2
