@@ -126,6 +126,11 @@ class Schedule:
         """How many (stage, microbatch) the schedule recomputes (its R ops)."""
         return sum(1 for op in self.ops if op.kind is OpKind.R)
 
+    @property
+    def uses_levers(self) -> bool:
+        """Whether the schedule offloads or recomputes anything."""
+        return self.offloaded > 0 or self.recomputed > 0
+
     @cached_property
     def recompute_time(self) -> float:
         return sum(op.end - op.start for op in self.ops if op.kind is OpKind.R)

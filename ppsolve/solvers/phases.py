@@ -459,17 +459,17 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
                 best = _large_neighbourhoods(run, start, share - whole, keep)
-    if (best is not None and keep and run.windows and not proven and not (best.offloaded > 0 or best.recomputed > 0)
+    if (best is not None and keep and run.windows and not proven and not best.uses_levers
             and not run.interrupted):
         # the time kept for the overhead phase, which a schedule without levers does not need: the search
         # goes on (it ended 45 s early on a 300 s solve of the 8B-like problem without recompute)
         best = _large_neighbourhoods(run, best, keep, 0.0)
-    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted:
+    if best is not None and best.uses_levers and not run.interrupted:
         if run.whole_model and run.lns is None:
             best = _least_overhead(run, best, SHARE_OFFLOAD)
         elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
             best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
-    if best is not None and (best.offloaded > 0 or best.recomputed > 0) and not run.interrupted \
+    if best is not None and best.uses_levers and not run.interrupted \
             and run.least_overhead != "optimal":
         best = _shed(run, best)
     from_warm = best is not None and best is warm

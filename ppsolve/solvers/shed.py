@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import time
 
+from ppsolve.baselines.common import over_capacity
 from ppsolve.checker import check
-from ppsolve.memory import memory_curves, peak_memory
+from ppsolve.memory import memory_curves
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
-
-
-def _fits(problem, ops) -> bool:
-    return all(cap is None or peak <= cap + 1e-9 * max(1.0, cap)
-               for peak, cap in zip(peak_memory(problem, ops), problem.capacity))
 
 
 def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
@@ -85,7 +81,7 @@ def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int |
         if (until is not None and time.monotonic() > until) or (max_tries is not None and tries >= max_tries):
             break
         trial = [op for op in ops if op.op not in group]
-        if _fits(problem, trial):
+        if not over_capacity(problem, trial):
             ops = trial
     if problem.offload is not None:
         ops = trim_amounts(problem, ops, until, max_tries)
