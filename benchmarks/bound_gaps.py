@@ -5,7 +5,7 @@
 For each problem the bound as it was (head + load + tail, round trips in flight, critical path:
 the solver's cut before), then with each new part added in turn: memory x time, the forced idle
 from the memory knapsacks, the forced idle with the host-link recurrences, and the in-order
-bound (``ppsolve.sequence_bound``; the full bound). ``--changed-by-in-order`` prints only the
+bound (``ppsolve.bounds.sequence``; the full bound). ``--changed-by-in-order`` prints only the
 problems whose bound the in-order bound raises. (The admission bound is in every column.)
 With ``--solve`` each problem is solved twice in one run, with the old and the full bound as the
 solver's cut: makespan, bound and gap. ``--po-case`` adds issue

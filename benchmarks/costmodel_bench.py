@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ppsolve.bench import run_one  # noqa: E402
+from ppsolve.studies.bench import run_one  # noqa: E402
 from ppsolve.costmodel import (Layout, build_problem, even_partition, hardware_from_dict,  # noqa: E402
                                transformer_from_dict)
 from ppsolve.costmodel.search import search_partition  # noqa: E402

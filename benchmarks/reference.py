@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ppsolve.jsonio import write_text_atomic
-from ppsolve.refcases import load_cases, run_case, summary_markdown
+from benchmarks.refcases import load_cases, run_case, summary_markdown
 
 TITLE = "## Against the reference implementation"
 

@@ -24,7 +24,6 @@ $PY benchmarks/scale_bench.py --time-limit 300 --section docs/bench/sections/40-
 $PY benchmarks/warm_start_coverage.py --time-limit 300 --section docs/bench/sections/40a-warm-start-coverage.md > docs/bench/warm_start_coverage.txt
 # its table goes into docs/bench/sections/42-bound-tightness.md, with that section's prose
 $PY benchmarks/bound_tightness.py --time-limit 150
-$PY benchmarks/block_bench.py --seconds 30 --section docs/bench/sections/43-building-block.md
 $PY benchmarks/split_bench.py --seconds 300 --section docs/bench/sections/44-split-bound.md
 $PY benchmarks/make_realistic.py
 $PY -m ppsolve frontier instances/realistic/llama8b-like-8x32-cap20-decide.json --capacities 14,20,27,inf --time-limit 20 --threads 2 -o docs/images/frontier-llama8b-levers.png

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppsolve import __version__  # noqa: E402
-from ppsolve.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
-from ppsolve.frontier import CURVE_LABELS, LEGACY_CURVES  # noqa: E402
+from ppsolve.studies.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
+from ppsolve.studies.frontier import CURVE_LABELS, LEGACY_CURVES  # noqa: E402
 from ppsolve.jsonio import write_text_atomic  # noqa: E402
 from ppsolve.methods import all_methods  # noqa: E402
 from ppsolve.problem import load_problem  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ppsolve.advice import advise
+from ppsolve.studies.advice import advise
 from ppsolve.cli import main
 from ppsolve.methods import RunOptions, get_method, run_method
 from tests.helpers import make_problem, problem_dict

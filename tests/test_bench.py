@@ -11,7 +11,7 @@ import pytest
 
 from tests.viz_helpers import ONE_F_ONE_B, SERIAL, register_for_test, tiny_problem  # noqa: E402
 
-from ppsolve.bench import SKIPPED, collect_problems, markdown_table, read_csv, run_bench, select_methods
+from ppsolve.studies.bench import SKIPPED, collect_problems, markdown_table, read_csv, run_bench, select_methods
 from ppsolve.cli import main
 from ppsolve.methods import Method, RunOptions
 from ppsolve.schedule import make_schedule

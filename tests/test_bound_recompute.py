@@ -159,7 +159,7 @@ def test_a_cap_that_forces_recompute_raises_the_bound_and_stays_under_the_optimu
 @st.composite
 def long_trip_problems(draw) -> Problem:
     """Two devices, the first heavy and far from the second (long p2p), its cap near one activation:
-    where the memory x time of device 0 forces recompute (``ppsolve.recompute_bound``)."""
+    where the memory x time of device 0 forces recompute (``ppsolve.bounds.recompute``)."""
     f0 = draw(st.integers(2, 4))
     data = {"format": "ppsolve/problem@1", "devices": 2, "microbatches": 2, "backward": "fused",
             "time": {"forward": [f0, 1], "backward_input": [f0, 1], "backward_weight": 0,

@@ -96,7 +96,7 @@ def test_admission_bound_never_exceeds_a_proven_optimum(problem):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems(offload=False))
 def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
-    # the in-order bound (ppsolve.sequence_bound) on its own;
+    # the in-order bound (ppsolve.bounds.sequence) on its own;
     # by hand on 300 such problems it was the largest figure in 10 and never above the optimum
     best = proven_optimum(problem)
     if best is not None:

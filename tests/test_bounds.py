@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ppsolve.admission import admission_starts
+from ppsolve.bounds.admission import admission_starts
 from ppsolve.bounds import (critical_path, heads_and_tails, makespan_lower_bound, min_capacity,
                             require_feasible_capacity)
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
-from ppsolve.idle import Group, least_starts, most_work
+from ppsolve.bounds.idle import Group, least_starts, most_work
 from ppsolve.memory import peak_memory
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
@@ -199,7 +199,7 @@ def test_admission_spaces_the_microbatches_by_the_cap_of_stage_0s_device():
 def test_one_machine_bound_is_the_preemptive_optimum():
     import numpy as np
 
-    from ppsolve.sequence_bound import _in_order, _one_machine
+    from ppsolve.bounds.sequence import _in_order, _one_machine
 
     # job 0 (0..3, no tail) is preempted at 1 by job 1 (tail 5): 1..2 + 5 = 7, job 0 ends at 4
     assert _one_machine(np.array([0.0, 1.0]), np.array([3.0, 1.0]), np.array([0.0, 5.0])) == 7

@@ -13,7 +13,7 @@ from ppsolve import methods as registry
 from ppsolve.bounds import min_capacity
 from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
-from ppsolve.frontier import (auto_capacities, compute_frontier, curve_name, lever_variants, parse_capacities,
+from ppsolve.studies.frontier import (auto_capacities, compute_frontier, curve_name, lever_variants, parse_capacities,
                               read_frontier_points)
 from ppsolve.methods import Method
 from ppsolve.schedule import make_schedule

@@ -12,7 +12,7 @@ import pytest
 
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.problem import load_problem
-from ppsolve.refcases import load_cases, run_case
+from benchmarks.refcases import load_cases, run_case
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 

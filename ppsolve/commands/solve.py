@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 def _advice(problem_path: str, result, deadline: float):
     """The comparison with the published schedules, if it ends by ``deadline`` (the time limit);
     (advice or None, whether it was cut short: then its thread runs on, and ``_done`` ends the process)."""
-    from ppsolve.advice import advise
+    from ppsolve.studies.advice import advise
     from ppsolve.solvers.api import wait_for
 
     advice, cut = wait_for(lambda: advise(problem_path, result.schedule, result.status, result.lower_bound),

@@ -10,15 +10,15 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ppsolve.admission import admission_bound, admission_starts
+from ppsolve.bounds.admission import admission_bound, admission_starts
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import InfeasibleError
-from ppsolve.held import forward_allocates, least_held
-from ppsolve.idle import Group, least_starts, most_work
+from ppsolve.bounds.held import forward_allocates, least_held
+from ppsolve.bounds.idle import Group, least_starts, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
-from ppsolve.recompute_bound import forced_recompute, recomputed_area
-from ppsolve.sequence_bound import sequence_bounds
+from ppsolve.bounds.recompute import forced_recompute, recomputed_area
+from ppsolve.bounds.sequence import sequence_bounds
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
     x = min(share, (L - F - B) / (2 tau)) (g is a convex parabola up to where F + B + x tau = L,
     and grows after it). Where (s, j) may be recomputed instead (rule 10: not both), its area is the
     lesser of g's least and ``recomputed_area`` (the R's time is left out here; it counts in
-    ``ppsolve.recompute_bound``).
+    ``ppsolve.bounds.recompute``).
     """
     cap = problem.capacity[device]
     stages = problem.stages_of_device[device]
@@ -259,14 +259,14 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     run: the activation less what is on host; W alone: the weight hold). So:
 
     - memory: the forwards before t_B, and the B and W after t*, fit the cap as a knapsack
-      (``ppsolve.idle.most_work``): idle before t_B >= t_B - that work; idle after t* >= the least
+      (``ppsolve.bounds.idle.most_work``): idle before t_B >= t_B - that work; idle after t* >= the least
       tail after an F - that work. Before t_B, k forwards of one stage end no sooner than its
       earliest F start plus k of them, so t_B also limits how many of each stage can be there
       (``_forwards_before_first_b``);
     - host link: past the cap, activation must leave for host before the next forward may start,
       and each share leaves only after its forward ends, at d2h over one lane; read backwards in
       time, the last B's need their shares back, at h2d, before they start
-      (``ppsolve.idle.least_starts``).
+      (``ppsolve.bounds.idle.least_starts``).
 
     When the cap cannot hold every forward at once, the first B starts before the last F ends and
     the two idle spans add up; otherwise only the larger counts.

@@ -4,8 +4,8 @@ and every device then waits for the microbatches that enter late.
 Number the microbatches by the start of their F(0, .) (they are interchangeable, so this costs
 nothing) and let t_k be the k-th of those starts. When F(0, j) starts, its device allocates
 ``act`` = the whole activation of stage 0 (only its checkpoint keep[0] when it is recomputed:
-``ppsolve.held.forward_allocates``); each of the j microbatches that started before it still
-holds ``kept`` = ``ppsolve.held.least_held`` of stage 0 (its share that cannot go to host
+``ppsolve.bounds.held.forward_allocates``); each of the j microbatches that started before it still
+holds ``kept`` = ``ppsolve.bounds.held.least_held`` of stage 0 (its share that cannot go to host
 memory, or its checkpoint when recomputed; partial offloads move less) until its B(0, .) ends,
 then ``weight_hold`` until its W(0, .) ends (an R between F and B only delays that B). So if ``a`` of them are still
 active and ``h`` hold their W, ``activation + a * kept + h * hold <= cap``, and at least ``j - a``
@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from ppsolve.held import forward_allocates, least_held
+from ppsolve.bounds.held import forward_allocates, least_held
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
