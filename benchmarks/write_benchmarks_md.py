@@ -228,6 +228,17 @@ def solver_compare_section(table: Path) -> str:
     return "\n".join(["## CP-SAT against the MILP", "", intro, "", body, ""])
 
 
+def _compact(placed: list[str]) -> list[str]:
+    """Sections that are only a heading and a link become one list item each."""
+    items = []
+    for text in placed:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) != 2 or not lines[0].startswith("#"):
+            return placed
+        items.append(f"- {lines[0].lstrip('# ')}: {lines[1][0].lower()}{lines[1][1:]}")
+    return ["\n".join(items) + "\n"]
+
+
 BENCH_INTRO = (
     "`ppsolve bench` ran each method on each problem with the time limit of its command above; every "
     "schedule was checked with `ppsolve check`'s checker (valid = complete, obeys every rule, and re-times "
@@ -269,6 +280,7 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
         place.place("all-runs", "### All runs\n\n" + markdown_table(rows)),
         place.place("problems", "### Problems\n\n" + problems_table(labels, instances)),
     ]
+    parts[-3:] = _compact(parts[-3:])
     if frontiers:
         parts += ["## Memory/time frontiers", ""]
         for image in frontiers:

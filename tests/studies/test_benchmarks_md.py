@@ -56,3 +56,11 @@ def test_benchmarks_md_stays_a_summary():
     assert len(text.splitlines()) < 400
     for link in re.findall(r"\]\((docs/bench/tables/[^)]+)\)", text):
         assert (ROOT / link).exists(), link
+
+
+def test_sections_that_are_only_a_link_become_list_items():
+    linked = ["### Methods\n\nTable of 22 rows: [m.md](m.md).\n", "### Problems\n\nTable of 47 rows: [p.md](p.md).\n"]
+    assert wbm._compact(linked) == ["- Methods: table of 22 rows: [m.md](m.md).\n"
+                                    "- Problems: table of 47 rows: [p.md](p.md).\n"]
+    inline = ["### Methods\n\n| a |\n|---|\n| x |\n", linked[1]]
+    assert wbm._compact(inline) == inline
