@@ -12,7 +12,6 @@ $PY -m ppsolve bench instances/suite/vsh2-d8-m16-split-cap1.json --methods zb-v 
 $PY -m ppsolve plot docs/example/schedules/vsh2-d8-m16-split-cap1/zb-v.json -o docs/images/gantt-zb-v-d8-m16.png
 $PY -m ppsolve solve instances/example.json -o docs/example/example-cpsat.json --time-limit 30 --threads 1 --seed 0 --quiet
 $PY -m ppsolve plot docs/example/example-cpsat.json -o docs/images/gantt-example-cpsat.png
-$PY benchmarks/cpsat_model_size.py --time-limit 10 --out docs/bench/cpsat_model_size.json --before docs/bench/cpsat_model_size_v1.json --section docs/bench/sections/20-contract-v2-cpsat.md
 $PY benchmarks/make_paper_instances.py
 $PY benchmarks/costmodel_bench.py --time-limit 10 --paper-time-limit 30 --json docs/bench/costmodel.json
 $PY benchmarks/offload_table.py --section docs/bench/sections/30-pipeoffload-table.md

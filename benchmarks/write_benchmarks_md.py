@@ -1,11 +1,14 @@
-"""Assemble BENCHMARKS.md from the outputs of ``ppsolve bench`` and ``ppsolve frontier``.
+"""Assemble BENCHMARKS.md from the outputs of ``ppsolve bench``, ``ppsolve frontier`` and the
+benchmark scripts' sections.
 
     python benchmarks/write_benchmarks_md.py --results docs/bench/results.csv \
         --frontier docs/frontier-a.png --frontier docs/frontier-b.png --out BENCHMARKS.md
 
-It writes nothing it did not read: the tables come from results.csv, the frontier
-figures from the CSV beside each image, and the commands from
-benchmarks/regenerate.sh, which is what produced them.
+It writes nothing it did not read: the tables come from results.csv, the frontier figures from the
+CSV beside each image, the sections from docs/bench/sections/*.md, and the commands from
+benchmarks/regenerate.sh, which is what produced them. BENCHMARKS.md is a summary: a table of more
+than ``MAX_INLINE_ROWS`` rows is replaced by a link to a file of the tables folder that holds its
+whole section (``docs/bench/tables/``; the folder is this script's output alone).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import csv
 import os
 import platform
+import re
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -30,6 +34,7 @@ from ppsolve.methods import all_methods  # noqa: E402
 from ppsolve.problem import load_problem  # noqa: E402
 
 REGENERATE = ROOT / "benchmarks" / "regenerate.sh"
+MAX_INLINE_ROWS = 15  # a longer table moves to a file of the tables folder, which BENCHMARKS.md links
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -115,42 +120,146 @@ def frontier_section(image: Path, base: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def extra_sections(folder: Path) -> list[str]:
-    """Sections written by other benchmark scripts (``docs/bench/sections/*.md``), in name order."""
+def extra_sections(folder: Path) -> list[tuple[str, str]]:
+    """The sections of ``docs/bench/sections/*.md`` (written by the benchmark scripts, or by hand where
+    a benchmark has no script of its own), in name order, as (name without its order prefix, text)."""
     if not folder.is_dir():
         return []
-    return [path.read_text(encoding="utf-8").rstrip() + "\n" for path in sorted(folder.glob("*.md"))]
+    return [(re.sub(r"^\d+[a-z]?-", "", path.stem), path.read_text(encoding="utf-8").rstrip() + "\n")
+            for path in sorted(folder.glob("*.md"))]
 
+
+def _table_ranges(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, end) line ranges of the markdown tables in ``lines``."""
+    ranges, start = [], None
+    for i, line in enumerate([*lines, ""]):
+        if line.startswith("|") and start is None:
+            start = i
+        elif not line.startswith("|") and start is not None:
+            ranges.append((start, i))
+            start = None
+    return ranges
+
+
+def summarise(text: str, link: str, limit: int = MAX_INLINE_ROWS) -> tuple[str, bool]:
+    """``text`` with every table of more than ``limit`` rows replaced by one line linking ``link``
+    (tables next to each other share the line), and whether any was replaced."""
+    lines = text.rstrip("\n").split("\n")
+    out: list[str] = []
+    moved: list[int] = []  # rows of the tables replaced by the line out[-1] stands for
+    last = 0
+    for first, end in _table_ranges(lines):
+        rows = end - first - 2  # less the header and the separator
+        if rows <= limit:
+            continue
+        between = lines[last:first]
+        if moved and not any(line.strip() for line in between):
+            moved.append(rows)
+        else:
+            if moved:
+                out.append(_link_line(moved, link))
+            out += between
+            moved = [rows]
+        last = end
+    if moved:
+        out.append(_link_line(moved, link))
+    out += lines[last:]
+    return "\n".join(out) + "\n", last > 0
+
+
+def _link_line(rows: list[int], link: str) -> str:
+    counts = " and ".join(str(r) for r in rows)
+    return f"{'Tables' if len(rows) > 1 else 'Table'} of {counts} rows: [{link}]({link})."
+
+
+class Tables:
+    """The tables folder: the whole sections whose long tables BENCHMARKS.md links."""
+
+    def __init__(self, folder: Path, base: Path):
+        self.folder, self.base, self.written = folder, base, set()
+
+    def place(self, name: str, text: str) -> str:
+        """``text`` as it goes into BENCHMARKS.md; the whole of it into ``folder/name.md`` when a
+        table is too long to stay inline."""
+        path = self.folder / f"{name}.md"
+        summary, moved = summarise(text, _rel(path, self.base))
+        if moved:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, f"<!-- The whole section of BENCHMARKS.md, written by "
+                                    f"benchmarks/write_benchmarks_md.py. -->\n\n{text.rstrip()}\n")
+            self.written.add(path.name)
+        return summary
+
+    def prune(self) -> None:
+        """Remove the files of the folder that this run did not write (sections now short or gone)."""
+        if self.folder.is_dir():
+            for path in self.folder.glob("*.md"):
+                if path.name not in self.written:
+                    path.unlink()
 
 
 SOLVER_COMPARE_INTRO = (
     "Both solver backends on every problem of `instances/`, one after the other in one run of "
     "`benchmarks/solver_compare.py` (the same warm start, phases and checks through "
     "`ppsolve.solvers.solve`). *proof s*: the wall time of a run that ended proven optimal (the "
-    "least-offload phase included), else -; *gap*: against the reported lower bound at the limit; "
-    "*offloaded*: marked (least) when proven the least at that makespan; *engine*: what searched "
-    "(HiGHS runs in a child process: OR-Tools bundles its own libhighs, and before that change the "
-    "MILP column of a run after CP-SAT was CBC's). The makespan is proven at once where the warm "
-    "start meets the lower bound (proof 0.0 s).")
+    "least-overhead phase included), else -; *gap*: against the reported lower bound at the limit; "
+    "*offloaded*: marked (least) when proven the least at that makespan; *engine*: what searched. "
+    "The makespan is proven at once where the warm start meets the lower bound (proof 0.0 s).")
 
 
-def solver_compare_section(table: Path) -> list[str]:
-    """The CP-SAT/MILP table written by benchmarks/solver_compare.py, with its command."""
+def solver_compare_counts(table: str) -> str:
+    """How many problems each backend proved optimal, read from the solver_compare table."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("|") and not line.startswith("|---")]
+    if len(rows) < 2:
+        return ""
+    head, body = rows[0], rows[1:]
+    counts = [f"{head[i].split()[0]} proves {sum(r[i] == 'optimal' for r in body if i < len(r))}"
+              for i, name in enumerate(head) if name.endswith("status")]
+    return f"Of the {len(body)} problems, " + " and ".join(counts) + " optimal."
+
+
+def solver_compare_section(table: Path) -> str:
+    """The CP-SAT/MILP table written by benchmarks/solver_compare.py, with its command and counts."""
     limit = next((line.split("--time-limit")[1].split()[0] for line in REGENERATE.read_text().splitlines()
                   if "solver_compare.py" in line and "--time-limit" in line), "?")
-    return ["## CP-SAT against the MILP", "", SOLVER_COMPARE_INTRO + f" Time limit {limit} s per run.", "",
-            table.read_text().strip(), ""]
+    body = table.read_text(encoding="utf-8").strip()
+    intro = f"{SOLVER_COMPARE_INTRO} Time limit {limit} s per run. {solver_compare_counts(body)}"
+    return "\n".join(["## CP-SAT against the MILP", "", intro, "", body, ""])
+
+
+def _compact(placed: list[str]) -> list[str]:
+    """Sections that are only a heading and a link become one list item each."""
+    items = []
+    for text in placed:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) != 2 or not lines[0].startswith("#"):
+            return placed
+        items.append(f"- {lines[0].lstrip('# ')}: {lines[1][0].lower()}{lines[1][1:]}")
+    return ["\n".join(items) + "\n"]
+
+
+BENCH_INTRO = (
+    "`ppsolve bench` ran each method on each problem with the time limit of its command above; every "
+    "schedule was checked with `ppsolve check`'s checker (valid = complete, obeys every rule, and re-times "
+    "to itself within capacity). `makespan/bound` divides by the best lower bound known for the problem: "
+    "the analytic bound of `ppsolve bound` or a tighter one a solver proved.")
 
 
 def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
-          sections: Path = Path("docs/bench/sections"), solver_compare: Path | None = None) -> str:
+          sections: Path = Path("docs/bench/sections"), solver_compare: Path | None = None,
+          tables: Path | None = None) -> str:
+    """The text of BENCHMARKS.md; long tables are written to ``tables`` (default: beside ``results``)."""
     rows = read_csv(results)
     base = out.parent
+    place = Tables(tables if tables is not None else results.parent / "tables", base)
     labels = list(dict.fromkeys(r.problem for r in rows))
     parts = [
         "# ppsolve benchmarks",
         "",
-        "Generated by the tool; do not edit by hand. To regenerate (from the repository root):",
+        "Generated by `benchmarks/write_benchmarks_md.py`; do not edit by hand. Each section says what a "
+        "benchmark measures, with its command and its headline figures; long tables are in the files it "
+        "links. To regenerate everything (from the repository root):",
         "",
         "```sh",
         commands(),
@@ -158,30 +267,28 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
         "",
         environment(),
         "",
-        "Each method ran on each problem with the time limit above; every schedule was checked with "
-        "`ppsolve check`'s checker (valid = complete, obeys every rule, and re-times to itself within capacity). "
-        "`makespan/bound` divides by the best lower bound known for the problem: the analytic bound of "
-        "`ppsolve bound` or a tighter one a solver proved.",
+        "## Every method on every bundled problem",
         "",
-        "## Methods",
-        "",
-        methods_table(),
-        "## Summary",
+        BENCH_INTRO,
         "",
         summary_markdown(rows),
         f"![makespan over bound per method and problem]({_rel(results.parent / 'ratio.png', base)})",
         "",
         f"![peak memory against makespan]({_rel(results.parent / 'memory_vs_makespan.png', base)})",
         "",
+        place.place("methods", "### Methods\n\n" + methods_table()),
+        place.place("all-runs", "### All runs\n\n" + markdown_table(rows)),
+        place.place("problems", "### Problems\n\n" + problems_table(labels, instances)),
     ]
+    parts[-3:] = _compact(parts[-3:])
     if frontiers:
         parts += ["## Memory/time frontiers", ""]
         for image in frontiers:
             parts += [f"### {image.stem}", "", frontier_section(image, base)]
     if solver_compare is not None and solver_compare.exists():
-        parts += solver_compare_section(solver_compare)
-    parts += extra_sections(sections)
-    parts += ["## All runs", "", markdown_table(rows), "## Problems", "", problems_table(labels, instances)]
+        parts.append(place.place("solver-compare", solver_compare_section(solver_compare)))
+    parts += [place.place(name, text) for name, text in extra_sections(sections)]
+    place.prune()
     return "\n".join(parts)
 
 
@@ -194,11 +301,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of markdown sections written by other benchmark scripts")
     parser.add_argument("--solver-compare", default="docs/bench/solver_compare.md",
                         help="the table of benchmarks/solver_compare.py (skipped when missing)")
+    parser.add_argument("--tables", help="folder for the whole sections of long tables (default: tables/ "
+                                         "beside --results; this script's output alone)")
     parser.add_argument("--out", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
     out = Path(args.out)
     text = build(Path(args.results), [Path(f) for f in args.frontier], out, Path(args.instances),
-                 Path(args.sections), Path(args.solver_compare))
+                 Path(args.sections), Path(args.solver_compare), Path(args.tables) if args.tables else None)
     write_text_atomic(out, text)
     print(f"wrote {out}")
     return 0
