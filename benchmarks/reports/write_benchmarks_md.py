@@ -1,6 +1,6 @@
 """Assemble BENCHMARKS.md from the outputs of ``ppsolve bench`` and ``ppsolve frontier``.
 
-    python benchmarks/write_benchmarks_md.py --results docs/bench/results.csv \
+    python -m benchmarks.reports.write_benchmarks_md --results docs/bench/results.csv \
         --frontier docs/frontier-a.png --frontier docs/frontier-b.png --out BENCHMARKS.md
 
 It writes nothing it did not read: the tables come from results.csv, the frontier
@@ -10,7 +10,6 @@ benchmarks/regenerate.sh, which is what produced them.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import platform
@@ -19,15 +18,14 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve import __version__  # noqa: E402
-from ppsolve.studies.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
-from ppsolve.studies.frontier import CURVE_LABELS, LEGACY_CURVES  # noqa: E402
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
-from ppsolve.methods import all_methods  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from ppsolve import __version__
+from ppsolve.jsonio import write_text_atomic
+from ppsolve.methods import all_methods
+from ppsolve.problem import load_problem
+from ppsolve.studies.bench import markdown_table, read_csv, summary_markdown
+from ppsolve.studies.frontier import CURVE_LABELS, LEGACY_CURVES
 
 REGENERATE = ROOT / "benchmarks" / "regenerate.sh"
 
@@ -37,9 +35,8 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def commands() -> str:
-    lines = [line for line in REGENERATE.read_text().splitlines()
-             if line.strip() and not line.startswith(("#", "set ")) and "cd " not in line]
-    return "\n".join(lines)
+    """The commands of regenerate.sh (its lines that run ``$PY``)."""
+    return "\n".join(line.strip() for line in REGENERATE.read_text().splitlines() if "$PY " in line)
 
 
 def environment() -> str:
@@ -125,7 +122,7 @@ def extra_sections(folder: Path) -> list[str]:
 
 SOLVER_COMPARE_INTRO = (
     "Both solver backends on every problem of `instances/`, one after the other in one run of "
-    "`benchmarks/solver_compare.py` (the same warm start, phases and checks through "
+    "`benchmarks.reports.solver_compare` (the same warm start, phases and checks through "
     "`ppsolve.solvers.solve`). *proof s*: the wall time of a run that ended proven optimal (the "
     "least-offload phase included), else -; *gap*: against the reported lower bound at the limit; "
     "*offloaded*: marked (least) when proven the least at that makespan; *engine*: what searched "
@@ -135,9 +132,9 @@ SOLVER_COMPARE_INTRO = (
 
 
 def solver_compare_section(table: Path) -> list[str]:
-    """The CP-SAT/MILP table written by benchmarks/solver_compare.py, with its command."""
+    """The CP-SAT/MILP table written by benchmarks.reports.solver_compare, with its command."""
     limit = next((line.split("--time-limit")[1].split()[0] for line in REGENERATE.read_text().splitlines()
-                  if "solver_compare.py" in line and "--time-limit" in line), "?")
+                  if "reports.solver_compare" in line and "--time-limit" in line), "?")
     return ["## CP-SAT against the MILP", "", SOLVER_COMPARE_INTRO + f" Time limit {limit} s per run.", "",
             table.read_text().strip(), ""]
 
@@ -186,14 +183,14 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write BENCHMARKS.md from bench and frontier outputs.")
+    parser = harness.parser(__doc__)
     parser.add_argument("--results", default="docs/bench/results.csv")
     parser.add_argument("--frontier", action="append", default=[], help="a frontier image (its CSV beside it)")
     parser.add_argument("--instances", default="instances", help="the directory that was benchmarked")
     parser.add_argument("--sections", default="docs/bench/sections",
                         help="folder of markdown sections written by other benchmark scripts")
     parser.add_argument("--solver-compare", default="docs/bench/solver_compare.md",
-                        help="the table of benchmarks/solver_compare.py (skipped when missing)")
+                        help="the table of benchmarks.reports.solver_compare (skipped when missing)")
     parser.add_argument("--out", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
     out = Path(args.out)
