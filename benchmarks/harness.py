@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "time_limit": ("--time-limit", {"type": float, "help": "seconds per solve (default %(default)s)"}),
     "seconds": ("--seconds", {"type": float, "help": "seconds per problem (default %(default)s)"}),
-    "threads": ("--threads", {"type": int, "help": "solver threads (default: %(default)s; none: all cores)"}),
+    "threads": ("--threads", {"type": int, "help": "solver threads (default: all cores)"}),
     "jobs": ("--jobs", {"type": int, "help": "problems at a time (default %(default)s)"}),
     "section": ("--section", {"type": Path, "help": "write the BENCHMARKS.md section (Markdown) here"}),
     "json": ("--json", {"type": Path, "help": "also write the raw figures here (JSON)"}),

@@ -3,8 +3,8 @@
     python -m benchmarks.reports.warm_start_coverage [--time-limit 300] [--section FILE] [problem.json ...]
     python -m benchmarks.reports.warm_start_coverage --render OUT.txt --section FILE   (from a run's output)
 
-``ppsolve solve`` never returns a schedule slower than its warm start (``phases._solve_makespan``
-keeps the warm start when no model solution beats it), and its warm start is the shortest of the
+``ppsolve solve`` never returns a schedule slower than its warm start (it keeps the warm start
+when no model solution beats it), and its warm start is the shortest of the
 applicable baselines and its own plans that it tries within its share of the time limit
 (``budget.WARM_START_SHARE``). So where that share reaches the best published schedule, the solve
 is never slower than it, however the search goes. This runs, for each problem, every applicable
