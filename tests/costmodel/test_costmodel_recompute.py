@@ -4,7 +4,6 @@ stay, and what W holds from B to W does not shrink with recompute."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 
 import pytest
@@ -119,18 +118,9 @@ def test_decide_holds_the_checkpoint_to_r_and_the_hold_of_none_from_b_to_w():
     assert level[on0[OpKind.W].end] == pytest.approx(0.0)
 
 
-def _make_realistic():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_realistic", ROOT / "benchmarks" / "make_realistic.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_realistic", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bundled_realistic_problems_are_what_the_script_writes(capsys):
-    script = _make_realistic()
+    from benchmarks.makers import realistic as script
+
     assert script.main(["--check"]) == 0, capsys.readouterr().out
     bundled = sorted((ROOT / "instances" / "realistic").glob("*-decide.json"))
     assert len(bundled) == len(script.CASES) * len(script.BUDGETS) == 12

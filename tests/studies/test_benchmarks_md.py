@@ -1,12 +1,7 @@
-"""BENCHMARKS.md stays a summary: long tables move to files it links (benchmarks/write_benchmarks_md.py)."""
+"""BENCHMARKS.md stays a summary: long tables move to files it links (benchmarks/reports/write_benchmarks_md.py)."""
 
-import importlib.util
-
+from benchmarks.reports import write_benchmarks_md as wbm
 from tests.helpers import ROOT
-
-_spec = importlib.util.spec_from_file_location("write_benchmarks_md", ROOT / "benchmarks" / "write_benchmarks_md.py")
-wbm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wbm)
 
 
 def _table(rows: int, tag: str = "r") -> str:

@@ -1,19 +1,21 @@
 """Write the hand-picked problem files of instances/ (deterministic; re-run to regenerate).
 
+    python -m benchmarks.makers.instances [--out instances]
+
 Times are in ms and memory in GiB. Uneven stages model a light embedding on the
 first stage and a heavy LM head plus loss on the last one.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import sys
 
-OUT = Path(__file__).resolve().parent.parent / "instances"
+from benchmarks import harness
 
 
 def problem(name, d, m, *, chunks=1, placement="linear", backward="split", forward=10, backward_input=10,
-            backward_weight=10, p2p=0, activation=1, weight_hold=None, capacity=None, offload=None, note=""):
+            backward_weight=10, p2p=0, activation=1, weight_hold=None, capacity=None, offload=None, note="",
+            units=None):
     data = {"format": "ppsolve/problem@1", "name": name, "devices": d, "microbatches": m, "chunks": chunks,
             "placement": placement, "backward": backward,
             "time": {"forward": forward, "backward_input": backward_input, "backward_weight": backward_weight,
@@ -25,6 +27,8 @@ def problem(name, d, m, *, chunks=1, placement="linear", backward="split", forwa
         data["offload"] = offload
     if note:
         data["x-note"] = note
+    if units:
+        data["x-units"] = units  # the axes' units in pictures
     return data
 
 
@@ -40,14 +44,16 @@ def vshape_uneven(d, base, first, last):
     return uneven(2 * d, base, first, last)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    args = harness.parser(__doc__, out=harness.ROOT / "instances").parse_args(argv)
     files = {
         "example": problem(
             "example: 4 GPUs, 8 microbatches, heavy LM head, memory cap at 2 activations, PCIe offload", 4, 8,
             forward=uneven(4, 10, 8, 14), backward_input=uneven(4, 10, 8, 16), backward_weight=uneven(4, 8, 6, 12),
             p2p=1, activation=1, weight_hold=0.25, capacity=2,
             offload={"fraction": 1, "bandwidth": {"d2h": 0.2, "h2d": 0.2}},
-            note="moving one activation takes 5 ms each way; 1F1B needs 4 activations on device 0, the best schedule without offload takes 440 ms"),
+            note="moving one activation takes 5 ms each way; 1F1B needs 4 activations on device 0, the best schedule without offload takes 440 ms",
+            units={"time": "ms", "memory": "activations"}),
         "linear-uniform-split-4x8": problem("linear, F=B=W, unbounded memory", 4, 8),
         "linear-uniform-fused-4x8-1f1bcap": problem("linear, fused backward, capacity of 1F1B", 4, 8,
                                                      backward="fused", capacity=4),
@@ -93,11 +99,9 @@ def main() -> None:
             forward=uneven(6, 10, 6, 15), backward_input=uneven(6, 10, 6, 16), backward_weight=uneven(6, 10, 6, 14),
             p2p=1, activation=1, capacity=[6, 5, 4, 3, 2, 2]),
     }
-    OUT.mkdir(exist_ok=True)
-    for name, data in files.items():
-        (OUT / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {len(files)} problem files to {OUT}")
+    harness.write_problems(args.out, {f"{name}.json": data for name, data in files.items()})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

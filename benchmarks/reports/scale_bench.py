@@ -1,8 +1,8 @@
 """The solver against every applicable published schedule at the sizes users run (instances/scale/).
 
-    PYTHONPATH=. python benchmarks/scale_bench.py [--all] [--time-limit 60] [--threads 1] [--jobs 2]
+    python -m benchmarks.reports.scale_bench [--all] [--time-limit 60] [--threads 1] [--jobs 2]
         [--section docs/bench/sections/40-scale.md] [--json out.json] [problem.json ...]
-    PYTHONPATH=. python benchmarks/scale_bench.py --render out.json --time-limit 60 --threads 1 --section ...
+    python -m benchmarks.reports.scale_bench --render out.json --time-limit 60 --threads 1 --section ...
 
 By default the problems of instances/scale/ tagged "core" (``x-suite.tags``; ``--all``: every
 one). For each problem every applicable baseline runs once (PipeOffload's, zero-bubble's, the
@@ -21,9 +21,6 @@ cores the solves do not share a core).
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
 import subprocess
 import sys
@@ -32,14 +29,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import geometric_mean
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.errors import PpsolveError  # noqa: E402
-from ppsolve.jsonio import read_json, write_text_atomic  # noqa: E402
-from ppsolve.methods import RunOptions, all_methods  # noqa: E402
-from ppsolve.problem import Problem, load_problem  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT, fmt
+from ppsolve.errors import PpsolveError
+from ppsolve.jsonio import read_json, write_json_atomic
+from ppsolve.methods import RunOptions, all_methods
+from ppsolve.problem import Problem, load_problem
 
 OURS = {"greedy"}  # registered baselines that are ppsolve's own, not published schedules
 OFFLOAD_PUBLISHED = ("po-h", "po-f")
@@ -129,25 +126,20 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.3f}"
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
 def table(rows: list[Row]) -> list[str]:
-    lines = ["| problem | best published | greedy | solver | / published | / best baseline | gap to bound "
-             "| vs better of po-h, po-f | solve s | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = harness.table(["problem", "best published", "greedy", "solver", "/ published", "/ best baseline",
+                           "gap to bound", "vs better of po-h, po-f", "solve s", "peak RSS MB"])
     for r in rows:
         pub = r.best(published=True)
         allb = r.best(published=False)
         po = r.offload_best()
         speed = "-" if po is None or r.makespan is None else f"{1 - r.makespan / po:+.1%}"
         solver = r.error or f"{r.makespan:g} ({r.status})"
-        lines.append("| " + " | ".join([
+        lines.append(harness.row([
             r.name, f"{pub[0]} {pub[1]:g}" if pub else "none fits", f"{r.baselines['greedy']:g}"
             if "greedy" in r.baselines else "-", solver, _ratio(r.makespan, pub[1] if pub else None),
-            _ratio(r.makespan, allb[1] if allb else None), _pct(r.gap), speed, f"{r.seconds:.0f}",
-            f"{r.rss_mb:.0f}"]) + " |")
+            _ratio(r.makespan, allb[1] if allb else None), fmt(r.gap, ".1%"), speed, f"{r.seconds:.0f}",
+            f"{r.rss_mb:.0f}"]))
     return lines
 
 
@@ -155,8 +147,8 @@ def summary(rows: list[Row]) -> list[str]:
     done = [r for r in rows if r.makespan is not None]
     ratios = [r.makespan / r.best(True)[1] for r in done if r.best(True)]
     ratios_all = [r.makespan / r.best(False)[1] for r in done if r.best(False)]
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
-    geo_all = math.exp(sum(map(math.log, ratios_all)) / len(ratios_all)) if ratios_all else None
+    geo = geometric_mean(ratios) if ratios else None
+    geo_all = geometric_mean(ratios_all) if ratios_all else None
     worse = [r.name for r in done if r.best(True) and r.makespan > r.best(True)[1] + 1e-9]
     out = [f"- problems: {len(rows)} ({len(rows) - len(done)} without a solver schedule); a published schedule "
            f"fits {len(ratios)} of them",
@@ -187,17 +179,11 @@ def summary(rows: list[Row]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="*")
+    parser = harness.parser(__doc__, problems=True, time_limit=60.0, threads=None, jobs=1, section=None, json=None,
+                            render=None)
     parser.add_argument("--all", action="store_true", help="every problem of instances/scale, not the core ones")
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--jobs", type=int, default=1, help="problems at a time")
-    parser.add_argument("--section", help="write the BENCHMARKS.md section here")
-    parser.add_argument("--json", help="write the raw figures here")
-    parser.add_argument("--render", help="write the section from the raw figures of an earlier run (no run)")
     args = parser.parse_args(argv)
-    paths = [Path(p) for p in args.problems] or sorted((ROOT / "instances" / "scale").glob("*.json"))
+    paths = harness.problem_paths(args.problems, ROOT / "instances" / "scale")
     rows = [Row(**row) for row in read_json(args.render, "figures")] if args.render else []
     print("\n".join(table(rows)), flush=True)
     chosen = [] if args.render else [path for path in paths if args.problems or args.all
@@ -208,15 +194,17 @@ def main(argv=None) -> int:
             print(table([row])[-1], flush=True)
     lines = summary(rows)
     print("\n".join(lines))
-    threads = "" if args.threads is None else f" --threads {args.threads}"
-    which = (" --all" if args.all else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+    command = harness.command(__spec__, *(["--all"] if args.all else []),
+                              *(["--jobs", str(args.jobs)] if args.jobs > 1 else []),
+                              "--time-limit", f"{args.time_limit:g}",
+                              *([] if args.threads is None else ["--threads", str(args.threads)]))
     sizes = ("every problem (d = 8, 16, 32; m = 2d, 4d, 8d; caps at 1/2, 3/4 and 1 of 1F1B's peak; without "
              "offload, and with it at k = 0.5 and 1.5 on private links and links shared by two devices)"
              if args.all else "(d = 8, 16, 32; m = 4d; caps at half of 1F1B's peak; offload at k = 1.5 on links "
              "shared by two devices)")
     if args.section:
         text = ["## At the sizes users run (instances/scale)", "",
-                f"`PYTHONPATH=. python benchmarks/scale_bench.py{which} --time-limit {args.time_limit:g}{threads}`: "
+                f"`{command}`: "
                 f"{len(rows)} problems of instances/scale/ {sizes}, the solver at "
                 f"{args.time_limit:g} s per problem against every applicable published schedule. The solver "
                 "improves the best baseline by large-neighbourhood search where the whole model is too large "
@@ -225,9 +213,9 @@ def main(argv=None) -> int:
                 "with the published schedules that the command prints), \"peak RSS\" its largest resident "
                 f"memory. Run on {os.cpu_count()} cores shared with other jobs.", ""]
         text += table(rows) + [""] + lines + [""]
-        write_text_atomic(Path(args.section), "\n".join(text))
+        harness.write_section(args.section, "\n".join(text))
     if args.json:
-        write_text_atomic(Path(args.json), json.dumps([r.__dict__ for r in rows], indent=1) + "\n")
+        write_json_atomic(args.json, [r.__dict__ for r in rows])
     return 0
 
 

@@ -1,6 +1,6 @@
 """The CP-SAT solver's targets (issue 4), plus every file of an instances directory.
 
-    PYTHONPATH=. python benchmarks/solver_targets.py [--instances DIR] [--scale 1.0] [--skip-targets]
+    python -m benchmarks.reports.solver_targets [--instances DIR] [--scale 1.0] [--skip-targets]
 
 Prints one row per problem: status, makespan, bound, gap, seconds, the best
 baseline (warm start) makespan, and for the offload target the best schedule
@@ -10,18 +10,15 @@ without offload at the same capacity. ``--scale`` multiplies every time limit.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ppsolve.problem import load_problem, problem_from_dict  # noqa: E402
-from ppsolve.schedule import make_schedule  # noqa: E402
-from ppsolve.simulator import simulate  # noqa: E402
-from ppsolve.solvers import SolveOptions, solve  # noqa: E402
-from ppsolve.solvers.warm_start import limited_1f1b_orders  # noqa: E402
+from benchmarks import harness
+from ppsolve.problem import load_problem, problem_from_dict
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.warm_start import limited_1f1b_orders
 
 
 def uniform(d, m, placement="linear", cap=None, offload=None):
@@ -52,10 +49,9 @@ def row(name, problem, limit, threads, extra=""):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--instances", default=None, help="also solve every *.json of this directory")
+    parser = harness.parser(__doc__, threads=None)
+    parser.add_argument("--instances", type=Path, help="also solve every *.json of this directory")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every time limit")
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--skip-targets", action="store_true")
     args = parser.parse_args()
     print("| problem | status | makespan | bound | gap | seconds | best baseline | offloaded | note |")
@@ -74,7 +70,7 @@ def main() -> None:
             120 * args.scale, args.threads,
             f"best without offload: {no_off.schedule.makespan:g} ({no_off.status})")
     if args.instances:
-        for path in sorted(Path(args.instances).glob("*.json")):
+        for path in harness.problem_paths([], args.instances):
             row(path.stem, load_problem(path), 30 * args.scale, args.threads)
 
 

@@ -1,6 +1,6 @@
 """Write the realistic problems of the recompute issue to instances/realistic/ (deterministic).
 
-    python benchmarks/make_realistic.py [--out instances/realistic] [--check]
+    python -m benchmarks.makers.realistic [--out instances/realistic] [--check]
 
 Two models from the cost model (models/transformers/: Llama-3-8B-like, Llama-2-13B-like) on
 8 H100s, 32 microbatches, linear (v = 1) and interleaved (v = 2), each at three activation
@@ -18,21 +18,20 @@ are fixed (LAYOUT below), so nothing here runs a solver: the 8B linear one is wh
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import math
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.cli import main as ppsolve_main  # noqa: E402
-from ppsolve.costmodel import Layout, build_problem, hardware_of_gpu, load_transformer, parse_partition  # noqa: E402
-from ppsolve.methods import RunOptions, get_method  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from ppsolve.cli import main as ppsolve_main
+from ppsolve.costmodel import Layout, build_problem, hardware_of_gpu, load_transformer, parse_partition
+from ppsolve.methods import RunOptions, get_method
 
 GPU, DEVICES, MICROBATCHES = "H100", 8, 32
 BUDGETS = (0.4, 0.55, 0.75)  # of the no-lever 1F1B peak
@@ -100,7 +99,7 @@ def problem_file(case: Case, capacity: int, scratch: Path) -> dict:
             raise SystemExit(f"ppsolve {' '.join(args)} failed")
     data = json.loads(out.read_text())
     shown = command(case, capacity, "FILE")
-    data["x-made-by"] = {"script": "benchmarks/make_realistic.py",
+    data["x-made-by"] = {"script": "benchmarks/makers/realistic.py",
                          "command": "ppsolve " + " ".join(f"'{a}'" if "|" in a else a for a in shown),
                          "budget": f"{capacity} GiB: {BUDGETS} of the no-lever {case.baseline} peak, rounded"}
     return data
@@ -115,28 +114,18 @@ def files(scratch: Path) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import tempfile
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "instances" / "realistic"))
+    parser = harness.parser(__doc__, out=ROOT / "instances" / "realistic")
     parser.add_argument("--check", action="store_true", help="compare with the bundled files, write nothing")
     args = parser.parse_args(argv)
-    out = Path(args.out)
     with tempfile.TemporaryDirectory() as scratch:
         made = files(Path(scratch))
-    stale = []
-    for name, data in made.items():
-        text = json.dumps(data, indent=1) + "\n"
-        path = out / name
-        if args.check:
-            if not path.exists() or json.loads(path.read_text()) != data:
-                stale.append(name)
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path}")
+    if not args.check:
+        harness.write_problems(args.out, made)
+        return 0
+    stale = [name for name, data in made.items()
+             if not (args.out / name).exists() or json.loads((args.out / name).read_text()) != data]
     if stale:
-        print("differ from what make_realistic.py writes: " + ", ".join(stale))
+        print("differ from what benchmarks.makers.realistic writes: " + ", ".join(stale))
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 """Write the problems at the sizes users run to instances/scale/ (deterministic).
 
-    python benchmarks/make_scale.py [--out instances/scale]
+    python -m benchmarks.makers.scale [--out instances/scale]
 
 The grid of issue 12: d in {8, 16, 32}; m in {2d, 4d, 8d}; v = 1 (linear) and v = 2
 (V-shape without offload, interleaved with offload, where PipeOffload's schedules apply);
@@ -9,31 +9,17 @@ uneven transformer-like stages (a light embedding stage, an LM-head stage 1.6x t
 without offload, and with offload at k = 0.5 and 1.5 (PipeOffload's k: the round trip of the
 heaviest stage's activation over its F + B), on private links and on links shared by two devices.
 Each file's ``x-suite`` says how it was made; ``x-suite.tags`` has "core" on the few problems
-a quick benchmark runs (``ppsolve bench`` over ``--tag core`` files; see benchmarks/scale_bench.py).
+a quick benchmark runs (``ppsolve bench`` over ``--tag core`` files; see benchmarks/reports/scale_bench.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import sys
 from fractions import Fraction
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-def _suite_module():
-    spec = importlib.util.spec_from_file_location("make_suite", ROOT / "benchmarks" / "make_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_suite", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = _suite_module()
-Spec = suite.Spec
+from benchmarks import harness
+from benchmarks.makers import suite
+from benchmarks.makers.suite import Spec
 
 CAPS = (Fraction(1, 2), Fraction(3, 4), Fraction(1))
 OFFLOAD = ((None, 1), (0.5, 1), (1.5, 1), (0.5, 2), (1.5, 2))  # (k, devices per link)
@@ -55,10 +41,8 @@ def specs() -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "instances" / "scale"))
-    args = parser.parse_args(argv)
-    return suite.write_problems(specs(), Path(args.out))
+    args = harness.parser(__doc__, out=harness.ROOT / "instances" / "scale").parse_args(argv)
+    return suite.write_problems(specs(), args.out)
 
 
 if __name__ == "__main__":

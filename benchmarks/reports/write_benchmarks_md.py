@@ -1,7 +1,7 @@
 """Assemble BENCHMARKS.md from the outputs of ``ppsolve bench``, ``ppsolve frontier`` and the
 benchmark scripts' sections.
 
-    python benchmarks/write_benchmarks_md.py --results docs/bench/results.csv \
+    python -m benchmarks.reports.write_benchmarks_md --results docs/bench/results.csv \
         --frontier docs/frontier-a.png --frontier docs/frontier-b.png --out BENCHMARKS.md
 
 It writes nothing it did not read: the tables come from results.csv, the frontier figures from the
@@ -13,7 +13,6 @@ whole section (``docs/bench/tables/``; the folder is this script's output alone)
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import platform
@@ -23,15 +22,14 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve import __version__  # noqa: E402
-from ppsolve.studies.bench import markdown_table, read_csv, summary_markdown  # noqa: E402
-from ppsolve.studies.frontier import CURVE_LABELS, LEGACY_CURVES  # noqa: E402
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
-from ppsolve.methods import all_methods  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from ppsolve import __version__
+from ppsolve.jsonio import write_text_atomic
+from ppsolve.methods import all_methods
+from ppsolve.problem import load_problem
+from ppsolve.studies.bench import markdown_table, read_csv, summary_markdown
+from ppsolve.studies.frontier import CURVE_LABELS, LEGACY_CURVES
 
 REGENERATE = ROOT / "benchmarks" / "regenerate.sh"
 MAX_INLINE_ROWS = 15  # a longer table moves to a file of the tables folder, which BENCHMARKS.md links
@@ -42,9 +40,8 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def commands() -> str:
-    lines = [line for line in REGENERATE.read_text().splitlines()
-             if line.strip() and not line.startswith(("#", "set ")) and "cd " not in line]
-    return "\n".join(lines)
+    """The commands of regenerate.sh (its lines that run ``$PY``)."""
+    return "\n".join(line.strip() for line in REGENERATE.read_text().splitlines() if "$PY " in line)
 
 
 def environment() -> str:
@@ -200,7 +197,7 @@ class Tables:
 
 SOLVER_COMPARE_INTRO = (
     "Both solver backends on every problem of `instances/`, one after the other in one run of "
-    "`benchmarks/solver_compare.py` (the same warm start, phases and checks through "
+    "`benchmarks.reports.solver_compare` (the same warm start, phases and checks through "
     "`ppsolve.solvers.solve`). *proof s*: the wall time of a run that ended proven optimal (the "
     "least-overhead phase included), else -; *gap*: against the reported lower bound at the limit; "
     "*offloaded*: marked (least) when proven the least at that makespan; *engine*: what searched. "
@@ -220,9 +217,9 @@ def solver_compare_counts(table: str) -> str:
 
 
 def solver_compare_section(table: Path) -> str:
-    """The CP-SAT/MILP table written by benchmarks/solver_compare.py, with its command and counts."""
+    """The CP-SAT/MILP table written by benchmarks.reports.solver_compare, with its command and counts."""
     limit = next((line.split("--time-limit")[1].split()[0] for line in REGENERATE.read_text().splitlines()
-                  if "solver_compare.py" in line and "--time-limit" in line), "?")
+                  if "reports.solver_compare" in line and "--time-limit" in line), "?")
     body = table.read_text(encoding="utf-8").strip()
     intro = f"{SOLVER_COMPARE_INTRO} Time limit {limit} s per run. {solver_compare_counts(body)}"
     return "\n".join(["## CP-SAT against the MILP", "", intro, "", body, ""])
@@ -293,14 +290,14 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write BENCHMARKS.md from bench and frontier outputs.")
+    parser = harness.parser(__doc__)
     parser.add_argument("--results", default="docs/bench/results.csv")
     parser.add_argument("--frontier", action="append", default=[], help="a frontier image (its CSV beside it)")
     parser.add_argument("--instances", default="instances", help="the directory that was benchmarked")
     parser.add_argument("--sections", default="docs/bench/sections",
                         help="folder of markdown sections written by other benchmark scripts")
     parser.add_argument("--solver-compare", default="docs/bench/solver_compare.md",
-                        help="the table of benchmarks/solver_compare.py (skipped when missing)")
+                        help="the table of benchmarks.reports.solver_compare (skipped when missing)")
     parser.add_argument("--tables", help="folder for the whole sections of long tables (default: tables/ "
                                          "beside --results; this script's output alone)")
     parser.add_argument("--out", default="BENCHMARKS.md")

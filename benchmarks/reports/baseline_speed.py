@@ -1,7 +1,8 @@
 """Time every baseline at d = 32, m = 256 (v = 2; v = 1 for linear methods).
 
-Usage: PYTHONPATH=. python benchmarks/baseline_speed.py [--devices 32] [--microbatches 256] [--uniform]
-                                                         [--capacity C] [--check]
+    python -m benchmarks.reports.baseline_speed [--devices 32] [--microbatches 256] [--uniform]
+        [--capacity C] [--check]
+
 Prints one row per method: method, d, m, v, seconds (the method's own build time,
 simulation included: wall clock, and the process's CPU time, which other work on
 a shared machine does not inflate), makespan and whether the checker accepts the output.
@@ -9,9 +10,9 @@ a shared machine does not inflate), makespan and whether the checker accepts the
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from benchmarks import harness
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.methods import RunOptions, all_methods
@@ -42,7 +43,7 @@ def problem_for(requirements: str, d: int, m: int, uniform: bool, capacity: floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--devices", type=int, default=32)
     parser.add_argument("--microbatches", type=int, default=256)
     parser.add_argument("--uniform", action="store_true", help="uniform costs instead of uneven ones")

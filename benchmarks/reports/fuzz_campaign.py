@@ -1,6 +1,6 @@
 """A longer fuzz campaign than CI's: damaged problems and schedules through the real CLI in subprocesses.
 
-    python benchmarks/fuzz_campaign.py --problems 300 --schedules 150 --loads 5000
+    python -m benchmarks.reports.fuzz_campaign --problems 300 --schedules 150 --loads 5000
 
 Each subprocess runs under a 3 GiB address-space limit and a 60 s timeout. Prints
 counts of tracebacks, hangs, out-of-memory ends, multi-line errors and
@@ -9,8 +9,6 @@ non-finite numbers in JSON output; exits 1 if any.
 
 from __future__ import annotations
 
-import argparse
-import json
 import resource
 import subprocess
 import sys
@@ -18,14 +16,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hypothesis import strategies as st
 
-from hypothesis import strategies as st  # noqa: E402
-
-from ppsolve.errors import PpsolveError  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
-from ppsolve.schedule import load_schedule  # noqa: E402
-from tests.fuzz_mutations import PROBLEM_FILES, SCHEDULE_FILES, damaged_text, load  # noqa: E402
+from benchmarks import harness
+from ppsolve.errors import PpsolveError
+from ppsolve.problem import load_problem
+from ppsolve.schedule import load_schedule
+from tests.core.mutations import PROBLEM_FILES, SCHEDULE_FILES, damaged_text, load
 
 
 def _examples(files: tuple[str, ...], count: int) -> list[str]:
@@ -62,12 +59,12 @@ def _run(argv: list[str], outcome: Counter) -> None:
         outcome[f"exit {done.returncode}"] += 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__)
     parser.add_argument("--problems", type=int, default=300)
     parser.add_argument("--schedules", type=int, default=150)
     parser.add_argument("--loads", type=int, default=5000, help="in-process loads of each kind")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     bad = Counter()
     with tempfile.TemporaryDirectory() as folder:

@@ -1,6 +1,6 @@
 """CP-SAT against the MILP backend, side by side in one run: time to proof and gap at the limit.
 
-    python benchmarks/solver_compare.py --time-limit 20 --out docs/bench/solver_compare.md [instances/*.json]
+    python -m benchmarks.reports.solver_compare --time-limit 20 --out docs/bench/solver_compare.md [instances/*.json]
 
 Each backend solves each problem once through ``ppsolve.solvers.solve`` (the same warm start,
 phases and checks); "proof" is the wall time of the run when it ended proven optimal (the
@@ -12,19 +12,14 @@ marks an overhead (recompute time, then offloaded amount) proven the least at th
 
 from __future__ import annotations
 
-import argparse
-import glob
 import sys
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.errors import PpsolveError  # noqa: E402
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
-from ppsolve.solvers import SolveOptions, solve  # noqa: E402
+from benchmarks import harness
+from ppsolve.errors import PpsolveError
+from ppsolve.problem import load_problem
+from ppsolve.solvers import SolveOptions, solve
 
 
 def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
@@ -44,26 +39,20 @@ def cells(problem, solver: str, limit: float, threads: int | None) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="*")
-    parser.add_argument("--time-limit", type=float, default=20.0)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out")
+    parser = harness.parser(__doc__, problems=True, time_limit=20.0, threads=None)
+    parser.add_argument("--out", type=Path, help="write the table (Markdown) here")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
-    paths = args.problems or sorted(glob.glob(str(ROOT / "instances/*.json")))
-    head = ("| problem | cpsat status | makespan | gap | proof s | offloaded | engine "
-            "| milp status | makespan | gap | proof s | offloaded | engine |")
-    lines = [head, "|" + "---|" * 13]
+    lines = harness.table(["problem", "cpsat status", "makespan", "gap", "proof s", "offloaded", "engine",
+                           "milp status", "makespan", "gap", "proof s", "offloaded", "engine"])
     print("\n".join(lines), flush=True)
-    for path in paths:
+    for path in harness.problem_paths(args.problems, harness.ROOT / "instances"):
         problem = load_problem(path)
-        row = [Path(path).stem] + cells(problem, "cpsat", args.time_limit, args.threads) \
-            + cells(problem, "milp", args.time_limit, args.threads)
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(harness.row([path.stem, *cells(problem, "cpsat", args.time_limit, args.threads),
+                                  *cells(problem, "milp", args.time_limit, args.threads)]))
         print(lines[-1], flush=True)
     if args.out:
-        write_text_atomic(Path(args.out), "\n".join(lines) + "\n")
+        harness.write_section(args.out, "\n".join(lines))
     return 0
 
 

@@ -1,7 +1,7 @@
 """The memory levers measured in one run: full recompute, per-stage recompute, offload only,
 recompute only, and offload with recompute, on the bundled realistic problems.
 
-    PYTHONPATH=. python benchmarks/recompute_bench.py [--time-limit 300] [--threads 2]
+    python -m benchmarks.reports.recompute_bench [--time-limit 300] [--threads 2]
         [--section docs/bench/sections/50-recompute.md] [--json docs/bench/recompute.json] [problem.json ...]
 
 By default the problem of the recompute issue, instances/realistic/llama8b-like-8x32-cap20-decide.json
@@ -23,23 +23,19 @@ recomputed and offloaded. The section says where the solve is not at most the be
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.checker import check  # noqa: E402
-from ppsolve.errors import PpsolveError  # noqa: E402
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
-from ppsolve.methods import RunOptions, get_method  # noqa: E402
-from ppsolve.problem import Problem, load_problem, problem_from_dict  # noqa: E402
-from ppsolve.schedule import Schedule  # noqa: E402
-from ppsolve.solvers import SolveOptions, solve  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT, fmt
+from ppsolve.checker import check
+from ppsolve.errors import PpsolveError
+from ppsolve.jsonio import write_json_atomic
+from ppsolve.methods import RunOptions, get_method
+from ppsolve.problem import Problem, load_problem, problem_from_dict
+from ppsolve.schedule import Schedule
+from ppsolve.solvers import SolveOptions, solve
 
 DEFAULT = ROOT / "instances" / "realistic" / "llama8b-like-8x32-cap20-decide.json"
 BASELINES = ("1f1b-recompute", "interleaved-1f1b-recompute", "1f1b-adapipe", "interleaved-1f1b-adapipe")
@@ -112,10 +108,6 @@ def solve_plans(name: str, problem: Problem, time_limit: float, threads: int | N
     return out
 
 
-def _fmt(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def section(plans: list[Plan], time_limit: float, threads: int | None, command: str) -> str:
     lines = [
         "## Memory levers: recompute beside offload",
@@ -144,15 +136,15 @@ def section(plans: list[Plan], time_limit: float, threads: int | None, command: 
             if p.makespan is None:
                 lines.append(f"| {p.plan} | - | | | | | {p.note} | | |")
                 continue
-            ratio = _fmt(p.makespan / best_single, 3) if best_single else "-"
-            gap = _fmt(100 * (p.makespan - bound) / p.makespan, 1) + " %" if bound else "-"
+            ratio = fmt(p.makespan / best_single, ".3f") if best_single else "-"
+            gap = fmt(100 * (p.makespan - bound) / p.makespan, ".1f") + " %" if bound else "-"
             lines.append(f"| {p.plan} | {p.makespan:.2f} | {ratio} | {gap} | {p.recomputed} ({p.recompute_ms:.0f}) "
                          f"| {p.offloaded:.3f} | {p.status} | {p.seconds:.0f} | {'yes' if p.valid else 'NO'} |")
         if both and best_single:
             verdict = "at most" if both.makespan <= best_single + 1e-6 else "ABOVE"
             lines += ["", f"Offload + recompute is {verdict} the better single lever "
                           f"({both.makespan:.2f} against {best_single:.2f}: "
-                          f"{100 * (1 - both.makespan / best_single):.1f} % shorter); bound {_fmt(bound)}."]
+                          f"{100 * (1 - both.makespan / best_single):.1f} % shorter); bound {fmt(bound, '.2f')}."]
             full = [p.makespan for p in mine if p.plan.startswith(("1f1b-recompute", "interleaved-1f1b-recompute"))
                     and p.makespan is not None]
             offload = solved.get("offload only")
@@ -165,44 +157,38 @@ def section(plans: list[Plan], time_limit: float, threads: int | None, command: 
     return "\n".join(lines)
 
 
+def _command(args) -> str:
+    """The command that measured the figures (the options that change them)."""
+    return harness.command(__spec__, *(["--all"] if args.all else []), "--time-limit", f"{args.time_limit:g}",
+                           *(["--threads", str(args.threads)] if args.threads else []),
+                           *(str(p.relative_to(ROOT)) if p.is_absolute() and ROOT in p.parents else str(p)
+                             for p in args.problems))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="*", type=Path)
+    parser = harness.parser(__doc__, problems=True, time_limit=300.0, threads=None, section=None, json=None,
+                            render=None)
     parser.add_argument("--all", action="store_true", help="every problem of instances/realistic/")
-    parser.add_argument("--time-limit", type=float, default=300.0, help="seconds per solve (default 300)")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--section", type=Path, help="write the markdown section here")
-    parser.add_argument("--json", type=Path, help="write the rows here")
-    parser.add_argument("--render", type=Path, help="only write the section from the rows of an earlier --json "
-                                                    "(with that run's --time-limit and --threads)")
     args = parser.parse_args(argv)
-    if args.render:
+    if args.render:  # with that run's --time-limit and --threads
         plans = [Plan(**row) for row in json.loads(args.render.read_text())]
-        command = f"PYTHONPATH=. python benchmarks/recompute_bench.py --time-limit {args.time_limit:g}" + (
-            f" --threads {args.threads}" if args.threads else "")
-        text = section(plans, args.time_limit, args.threads, command)
-        if args.section:
-            write_text_atomic(args.section, text)
-        print(text)
-        return 0
-    paths = args.problems or (sorted((ROOT / "instances" / "realistic").glob("*.json")) if args.all else [DEFAULT])
-    plans: list[Plan] = []
-    for path in paths:
-        problem = load_problem(path)
-        name = path.stem
-        for plan in baseline_plans(name, problem) + solve_plans(name, problem, args.time_limit, args.threads):
-            plans.append(plan)
-            print(f"{name:45s} {plan.plan:38s} {_fmt(plan.makespan):>10s} {plan.status:9s} "
-                  f"R {plan.recomputed:4d} off {plan.offloaded:8.3f} {plan.seconds:6.0f}s {plan.note}", flush=True)
-    command = "PYTHONPATH=. python benchmarks/recompute_bench.py " + " ".join(
-        (["--all"] if args.all else []) + [f"--time-limit {args.time_limit:g}"]
-        + ([f"--threads {args.threads}"] if args.threads else [])
-        + [str(p.relative_to(ROOT)) if p.is_absolute() and ROOT in p.parents else str(p) for p in args.problems])
-    text = section(plans, args.time_limit, args.threads, command.strip())
+    else:
+        paths = args.problems or (harness.problem_paths([], ROOT / "instances" / "realistic") if args.all
+                                  else [DEFAULT])
+        plans = []
+        for path in paths:
+            problem = load_problem(path)
+            for plan in baseline_plans(path.stem, problem) + solve_plans(path.stem, problem, args.time_limit,
+                                                                         args.threads):
+                plans.append(plan)
+                print(f"{path.stem:45s} {plan.plan:38s} {fmt(plan.makespan, '.2f'):>10s} {plan.status:9s} "
+                      f"R {plan.recomputed:4d} off {plan.offloaded:8.3f} {plan.seconds:6.0f}s {plan.note}",
+                      flush=True)
+        if args.json:
+            write_json_atomic(args.json, [asdict(p) for p in plans])
+    text = section(plans, args.time_limit, args.threads, _command(args))
     if args.section:
-        write_text_atomic(args.section, text)
-    if args.json:
-        write_text_atomic(args.json, json.dumps([asdict(p) for p in plans], indent=1) + "\n")
+        harness.write_section(args.section, text)
     print(text)
     return 0
 

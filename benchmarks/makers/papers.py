@@ -10,20 +10,19 @@
   its k formula), full offload allowed over A100's shared PCIe links, cap = HBM less
   weights and Adam state.
 
-Run from the repository root: ``python benchmarks/make_paper_instances.py``.
+    python -m benchmarks.makers.papers [--out instances/papers]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
 
+from benchmarks import harness
 from ppsolve.costmodel import Layout, even_partition, hardware_from_dict, problem_data, transformer_from_dict
 from ppsolve.costmodel.build import GIB, MEMORY_DIGITS
 from ppsolve.costmodel.formulas import block
-from ppsolve.jsonio import write_json_atomic
 from ppsolve.problem import PROBLEM_FORMAT, problem_from_dict
 
-OUT = Path("instances/papers")
 ZB_SOURCE = "Qi et al., Zero Bubble Pipeline Parallelism (ICLR 2024), section 5 and Table 5, A100 cluster"
 PO_SOURCE = "PipeOffload (2025): GPT-3-like configurations, A100, GQA with 8 groups, sequence 4k-32k"
 
@@ -90,18 +89,15 @@ def pipe_offload(name: str, spec: tuple) -> dict:
     return data
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name, spec in ZERO_BUBBLE.items():
-        data = zero_bubble(name, spec)
-        problem_from_dict(data)
-        write_json_atomic(OUT / f"zb-{name}-p{spec[3]}-m{3 * spec[3]}.json", data)
-    for name, spec in PIPE_OFFLOAD.items():
-        data = pipe_offload(name, spec)
-        problem_from_dict(data)
-        write_json_atomic(OUT / f"po-{name}-d{spec[3]}-m{spec[4]}.json", data)
-    print(f"wrote {len(ZERO_BUBBLE) + len(PIPE_OFFLOAD)} problems to {OUT}")
+def main(argv: list[str] | None = None) -> int:
+    args = harness.parser(__doc__, out=harness.ROOT / "instances" / "papers").parse_args(argv)
+    files = {f"zb-{name}-p{spec[3]}-m{3 * spec[3]}.json": zero_bubble(name, spec) for name, spec in ZERO_BUBBLE.items()}
+    files |= {f"po-{name}-d{spec[3]}-m{spec[4]}.json": pipe_offload(name, spec) for name, spec in PIPE_OFFLOAD.items()}
+    for data in files.values():
+        problem_from_dict(data)  # each is a valid problem
+    harness.write_problems(args.out, files)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

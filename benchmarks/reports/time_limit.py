@@ -5,7 +5,7 @@ each problem ``--repeat`` times and says whether the schedule files are identica
 ``method.seconds``, and whether a run recorded that the wall clock decided something (then it may
 not be reproducible).
 
-    python benchmarks/time_limit.py --time-limit 10 --solver cpsat --solver milp --threads all \\
+    python -m benchmarks.reports.time_limit --time-limit 10 --solver cpsat --solver milp --threads all \\
         --threads 1 [--repeat 2] [--large] [--section FILE.md] [PROBLEM.json|FOLDER ...]
         (default: instances/*.json and instances/suite)
 
@@ -15,8 +15,6 @@ compute ops, a memory cap of 4 activations per device).
 
 from __future__ import annotations
 
-import argparse
-import glob
 import json
 import subprocess
 import sys
@@ -24,13 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
 
 SLACK = (1.1, 1.0)  # the promise: limit x 1.1 + 1 s
 HEADING = "The time limit, end to end, and --threads 1"
+COLUMNS = ["problem", "solver", "threads", "limit s", "wall s", "within", "identical", "exit"]
 
 
 def large_problem(path: Path) -> Path:
@@ -44,13 +41,11 @@ def large_problem(path: Path) -> Path:
     return path
 
 
-def problems(args: list[str]) -> list[Path]:
-    if not args:
-        args = [str(ROOT / "instances")] + [str(ROOT / "instances/suite")]
+def problems(args: list[Path]) -> list[Path]:
+    """The files given, each folder given as its ``*.json`` files (default: instances/ and instances/suite/)."""
     out = []
-    for arg in args:
-        path = Path(arg)
-        out += sorted(Path(p) for p in glob.glob(str(path / "*.json"))) if path.is_dir() else [path]
+    for path in args or [ROOT / "instances", ROOT / "instances" / "suite"]:
+        out += harness.problem_paths([], path) if path.is_dir() else [path]
     return out
 
 
@@ -83,14 +78,11 @@ def _clock_notes(data: dict | None) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="*")
-    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser = harness.parser(__doc__, problems=True, time_limit=10.0, section=None)
     parser.add_argument("--solver", action="append", default=None)
     parser.add_argument("--threads", action="append", default=None, help="'all' (default) or a number; repeatable")
     parser.add_argument("--repeat", type=int, default=2, help="runs per problem with --threads 1 (default 2)")
     parser.add_argument("--large", action="store_true")
-    parser.add_argument("--section", help="also write the table as a BENCHMARKS.md section here")
     parser.add_argument("--heading", default=HEADING, help="the section's heading")
     args = parser.parse_args(argv)
     solvers = args.solver or ["cpsat", "milp"]
@@ -103,8 +95,7 @@ def main(argv=None) -> int:
         if args.large:
             paths.append(large_problem(Path(tmp) / "large-d32-m256.json"))
         print(f"time limit {limit:g} s: promise {promise:g} s end to end")
-        header = ["problem", "solver", "threads", "limit s", "wall s", "within", "identical", "exit", "first line"]
-        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
+        print("\n".join(harness.table(COLUMNS + ["first line"])), flush=True)
         for path in paths:
             for threads in modes:
                 for solver in solvers:
@@ -123,17 +114,17 @@ def main(argv=None) -> int:
                     row = [path.stem, solver, threads, f"{limit:g}", " / ".join(f"{w:.1f}" for w in walls), ok, same,
                            ",".join(str(r[1]) for r in results), results[0][3][:80].replace("|", "/")]
                     rows.append(row)
-                    print("| " + " | ".join(row) + " |", flush=True)
+                    print(harness.row(row), flush=True)
     print(f"worst {worst:.1f} s against {promise:g} s; {differ} problem(s) not identical across runs")
     if args.section:
-        write_text_atomic(args.section, section(rows, limit, promise, worst, argv if argv is not None else sys.argv[1:],
-                                                args.heading))
+        harness.write_section(args.section, section(rows, limit, promise, worst,
+                                                    argv if argv is not None else sys.argv[1:], args.heading))
     return 0 if worst <= promise else 1
 
 
 def section(rows: list[list[str]], limit: float, promise: float, worst: float, argv: list[str],
             heading: str = HEADING) -> str:
-    cmd = "PYTHONPATH=. python benchmarks/time_limit.py " + " ".join(f'"{a}"' if " " in a else a for a in argv)
+    cmd = harness.command(__spec__, *argv)
     lines = [f"## {heading}", "",
              f"`ppsolve solve --time-limit {limit:g}` as a new process per run (start-up, warm start, model "
              f"building, search, checking, writing), on a shared 2-core machine. The promise is limit x 1.1 + "
@@ -142,9 +133,8 @@ def section(rows: list[list[str]], limit: float, promise: float, worst: float, a
              "`method.seconds`, and `(clock decided)` that a run's notes say the wall clock (the hard guard) "
              "rather than a deterministic limit ended a step, so that run may not be reproducible.", "",
              f"Command: `{cmd}`", "",
-             "| problem | solver | threads | limit s | wall s | within | identical | exit |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(row[:8]) + " |" for row in rows]
+             *harness.table(COLUMNS)]
+    lines += [harness.row(row[:len(COLUMNS)]) for row in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 """Write the paper-shaped benchmark problems to instances/suite/ (deterministic).
 
-    python benchmarks/make_suite.py [--out instances/suite]
+    python -m benchmarks.makers.suite [--out instances/suite]
 
 Every problem states in ``x-suite`` how it was made: the memory reference M
 (the peak activation memory 1F1B would hold: on device i, min(m, d - i)
@@ -13,18 +13,14 @@ that the solver's time limit is what governs a benchmark run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.bounds import require_feasible_capacity  # noqa: E402
-from ppsolve.problem import expand_placement, problem_from_dict  # noqa: E402
+from benchmarks import harness
+from ppsolve.bounds import require_feasible_capacity
+from ppsolve.problem import expand_placement, problem_from_dict
 
 UNIFORM = (10.0, 10.0, 10.0)  # F, B (input gradient), W (weight gradient)
 TRANSFORMER = (10.0, 12.0, 8.0)
@@ -174,26 +170,24 @@ def specs() -> list[Spec]:
 
 def write_problems(all_specs: list[Spec], out: Path) -> int:
     """Write each spec's problem to ``out`` (checked feasible), remove files no spec writes."""
-    out.mkdir(parents=True, exist_ok=True)
-    names = set()
+    files = {}
     for spec in all_specs:
         data = build(spec)
         require_feasible_capacity(problem_from_dict(data))
-        assert spec.name not in names, f"duplicate name {spec.name}"
-        names.add(spec.name)
-        (out / f"{spec.name}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    stale = [p for p in out.glob("*.json") if p.stem not in names]
+        assert f"{spec.name}.json" not in files, f"duplicate name {spec.name}"
+        files[f"{spec.name}.json"] = data
+    harness.write_problems(out, files)
+    stale = [p for p in out.glob("*.json") if p.name not in files]
     for path in stale:
         path.unlink()
-    print(f"wrote {len(names)} problems to {out}" + (f" (removed {len(stale)} stale)" if stale else ""))
+    if stale:
+        print(f"removed {len(stale)} stale problem files")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "instances" / "suite"))
-    args = parser.parse_args(argv)
-    return write_problems(specs(), Path(args.out))
+    args = harness.parser(__doc__, out=harness.ROOT / "instances" / "suite").parse_args(argv)
+    return write_problems(specs(), args.out)
 
 
 if __name__ == "__main__":

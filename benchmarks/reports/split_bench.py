@@ -1,9 +1,9 @@
 """The split bound on the scale problems: how far it closes the gaps of a scale run.
 
-    PYTHONPATH=. python benchmarks/split_bench.py [--scale-json docs/bench/scale.json] [--seconds 120]
+    python -m benchmarks.reports.split_bench [--scale-json docs/bench/scale.json] [--seconds 120]
         [--threads N] [--section docs/bench/sections/44-split-bound.md]
 
-For each problem of a ``scale_bench.py`` run (its ``--json``) that the split bound applies to (no
+For each problem of a ``benchmarks.reports.scale_bench`` run (its ``--json``) that the split bound applies to (no
 offload), ``split_bound`` runs for ``--seconds`` and the row gives the solve's makespan, the bound
 the solve reported, the analytic bound of the code as it is now (``makespan_lower_bound``, which
 may have risen since the scale run), the split (its chain of smaller problems), and the gap to the
@@ -13,17 +13,15 @@ offload).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ppsolve.bounds import makespan_lower_bound  # noqa: E402
-from ppsolve.jsonio import read_json, write_text_atomic  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
-from ppsolve.solvers.split_bound import split_bound  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from ppsolve.bounds import makespan_lower_bound
+from ppsolve.jsonio import read_json
+from ppsolve.problem import load_problem
+from ppsolve.solvers.split_bound import split_bound
 
 
 def _gap(makespan: float, bound: float) -> float:
@@ -31,17 +29,14 @@ def _gap(makespan: float, bound: float) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale-json", default=str(ROOT / "docs/bench/scale.json"))
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--section", help="write the BENCHMARKS.md section here")
+    parser = harness.parser(__doc__, seconds=120.0, threads=None, section=None)
+    parser.add_argument("--scale-json", type=Path, default=ROOT / "docs/bench/scale.json")
     args = parser.parse_args(argv)
     rows = [r for r in read_json(args.scale_json, "scale run") if not r["offload"] and r.get("makespan")]
     lines = [
         "## The split bound on the scale problems",
         "",
-        f"`PYTHONPATH=. python benchmarks/split_bench.py --seconds {args.seconds:g}`: for each problem of the "
+        f"`{harness.command(__spec__, '--seconds', f'{args.seconds:g}')}`: for each problem of the "
         "scale run above without offload, `ppsolve bound --split` (`ppsolve/solvers/split_bound.py`; "
         "docs/solver.md, \"The lower bound\"): makespan >= A(n) + LB(m - n + 1), where A(n) is the least start "
         "of the last F(0) with n microbatches (proven by CP-SAT on the smaller problem) and LB(k) the best of "
@@ -75,7 +70,7 @@ def main(argv=None) -> int:
               "- A(n): the least start of the last F(0) with n microbatches; OPT(k): the least makespan with k; "
               "\"(bounds)\": a side was not proven optimal in time, its proven bound is used", ""]
     if args.section:
-        write_text_atomic(Path(args.section), "\n".join(lines))
+        harness.write_section(args.section, "\n".join(lines))
     return 0
 
 

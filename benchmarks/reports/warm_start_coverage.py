@@ -1,10 +1,10 @@
 """Whether a solve's warm start holds the best published schedule, on every problem of instances/scale/.
 
-    PYTHONPATH=. python benchmarks/warm_start_coverage.py [--time-limit 300] [--section FILE] [problem.json ...]
-    PYTHONPATH=. python benchmarks/warm_start_coverage.py --render OUT.txt --section FILE   (from a run's output)
+    python -m benchmarks.reports.warm_start_coverage [--time-limit 300] [--section FILE] [problem.json ...]
+    python -m benchmarks.reports.warm_start_coverage --render OUT.txt --section FILE   (from a run's output)
 
-``ppsolve solve`` never returns a schedule slower than its warm start (``phases._solve_makespan``
-keeps the warm start when no model solution beats it), and its warm start is the shortest of the
+``ppsolve solve`` never returns a schedule slower than its warm start (it keeps the warm start
+when no model solution beats it), and its warm start is the shortest of the
 applicable baselines and its own plans that it tries within its share of the time limit
 (``budget.WARM_START_SHARE``). So where that share reaches the best published schedule, the solve
 is never slower than it, however the search goes. This runs, for each problem, every applicable
@@ -16,19 +16,16 @@ guarantee itself rather than a sample of it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.scale_bench import OURS, baselines  # noqa: E402
-from ppsolve.jsonio import write_text_atomic  # noqa: E402
-from ppsolve.problem import load_problem  # noqa: E402
-from ppsolve.solvers.budget import WARM_START_SHARE, Budget  # noqa: E402
-from ppsolve.solvers.warm_start import best_warm_start  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from benchmarks.reports.scale_bench import OURS, baselines
+from ppsolve.problem import load_problem
+from ppsolve.solvers.budget import WARM_START_SHARE, Budget
+from ppsolve.solvers.warm_start import best_warm_start
 
 
 def coverage(path: Path, time_limit: float) -> tuple[str, str, str, float, bool | None]:
@@ -49,9 +46,12 @@ def coverage(path: Path, time_limit: float) -> tuple[str, str, str, float, bool 
 Row = tuple[str, str, str, float, "bool | None"]
 
 
+COLUMNS = ["problem", "best published", "warm start", "warm start s", "holds it"]
+
+
 def _line(row: Row) -> str:
     name, pub, warm, seconds, ok = row
-    return f"| {name} | {pub} | {warm} | {seconds:.1f} | {'-' if ok is None else 'yes' if ok else 'NO'} |"
+    return harness.row([name, pub, warm, f"{seconds:.1f}", "-" if ok is None else "yes" if ok else "NO"])
 
 
 def _parse(text: str) -> list[Row]:
@@ -80,7 +80,7 @@ def section(rows: list[Row], time_limit: float, slowest: int = 10) -> list[str]:
     shown = sorted(rows, key=lambda r: -r[3])[:slowest]
     shown += [r for r in rows if r[4] is False and r not in shown]
     return ["## The warm start holds the best published schedule (every scale problem)", "",
-            f"`PYTHONPATH=. python benchmarks/warm_start_coverage.py --time-limit {time_limit:g}`: a solve is never "
+            f"`{harness.command(__spec__, '--time-limit', f'{time_limit:g}')}`: a solve is never "
             "slower than its warm start, and the warm start runs the registered baselines first (the published "
             "ones before ppsolve's greedy), then its own plans, until its share of the time limit has passed (a "
             "candidate still running then is left). So where the warm start of a "
@@ -90,27 +90,22 @@ def section(rows: list[Row], time_limit: float, slowest: int = 10) -> list[str]:
             "other jobs, so the seconds are high: on the slowest problem, alone on the machine, the last "
             "published schedule (po-f) was done 10.3 s into the warm start, greedy at 23.1 s. The slowest warm "
             "starts, and every problem where it missed:", "",
-            "| problem | best published | warm start | warm start s | holds it |", "|---|---|---|---|---|",
-            *map(_line, shown), "", *summary(rows, time_limit), ""]
+            *harness.table(COLUMNS), *map(_line, shown), "", *summary(rows, time_limit), ""]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="*")
-    parser.add_argument("--time-limit", type=float, default=300.0, help="the solve's --time-limit to mimic")
-    parser.add_argument("--section", help="write a Markdown section here")
-    parser.add_argument("--render", help="the printed output of an earlier run: write its section, run nothing")
-    args = parser.parse_args(argv)
-    paths = [Path(p) for p in args.problems] or sorted((ROOT / "instances" / "scale").glob("*.json"))
-    rows: list[Row] = _parse(Path(args.render).read_text()) if args.render else []
+    # --time-limit: the solve's to mimic; --render: the printed output of an earlier run
+    args = harness.parser(__doc__, problems=True, time_limit=300.0, section=None, render=None).parse_args(argv)
+    paths = harness.problem_paths(args.problems, ROOT / "instances" / "scale")
+    rows: list[Row] = _parse(args.render.read_text()) if args.render else []
     if not args.render:
-        print("| problem | best published | warm start | warm start s | holds it |\n|---|---|---|---|---|", flush=True)
+        print("\n".join(harness.table(COLUMNS)), flush=True)
         for path in paths:
             rows.append(coverage(path, args.time_limit))
             print(_line(rows[-1]), flush=True)
         print("\n".join(summary(rows, args.time_limit)))
     if args.section:
-        write_text_atomic(Path(args.section), "\n".join(section(rows, args.time_limit)))
+        harness.write_section(args.section, "\n".join(section(rows, args.time_limit)))
     return 0 if all(r[4] is not False for r in rows) else 1
 
 

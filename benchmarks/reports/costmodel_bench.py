@@ -1,12 +1,12 @@
 """The cost model's section of BENCHMARKS.md: ``--partition auto`` against the even
 partition, and every instance of instances/papers solved beside the published schedules.
 
-    python benchmarks/costmodel_bench.py [--time-limit 10] [--paper-time-limit 30] [--json ROWS.json]
+    python -m benchmarks.reports.costmodel_bench [--time-limit 10] [--paper-time-limit 30] [--json ROWS.json]
 
 Every run uses CP-SAT with one thread and seed 0. Auto and even get the same solver
 and the same time limit per solve (auto solves its ``--top`` best partitions).
 It writes ``docs/bench/sections/30-costmodel.md``, which
-``benchmarks/write_benchmarks_md.py`` puts into BENCHMARKS.md.
+``benchmarks.reports.write_benchmarks_md`` puts into BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -18,17 +18,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import harness
+from benchmarks.harness import ROOT, fmt
+from ppsolve.costmodel import Layout, build_problem, even_partition, hardware_from_dict, transformer_from_dict
+from ppsolve.costmodel.search import search_partition
+from ppsolve.jsonio import write_json_atomic
+from ppsolve.methods import RunOptions, get_method
+from ppsolve.problem import Problem, load_problem, problem_from_dict
+from ppsolve.studies.bench import run_one
 
-from ppsolve.studies.bench import run_one  # noqa: E402
-from ppsolve.costmodel import (Layout, build_problem, even_partition, hardware_from_dict,  # noqa: E402
-                               transformer_from_dict)
-from ppsolve.costmodel.search import search_partition  # noqa: E402
-from ppsolve.jsonio import write_bytes_atomic  # noqa: E402
-from ppsolve.methods import RunOptions, get_method  # noqa: E402
-from ppsolve.problem import Problem, load_problem, problem_from_dict  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 SECTION = ROOT / "docs/bench/sections/30-costmodel.md"
 LLAMA_1B = json.loads((ROOT / "models/transformers/llama-1b-like.json").read_text())
 LLAMA_3B = {"name": "llama-3b-like", "layers": 28, "hidden": 3072, "ffn": 8192, "heads": 24, "kv_groups": 8,
@@ -121,14 +119,10 @@ def _code(layout: str) -> str:
     return "`" + layout.replace("|", "\\|") + "`"  # a bare | would split the table cell
 
 
-def _f(x, digits=2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) -> str:
     lines = ["## Cost model: partition search and paper instances", "",
-             "Written by `python benchmarks/costmodel_bench.py "
-             f"--time-limit {args.time_limit:g} --paper-time-limit {args.paper_time_limit:g} --top {args.top}` "
+             "Written by `" + harness.command(__spec__, "--time-limit", f"{args.time_limit:g}", "--paper-time-limit",
+                                             f"{args.paper_time_limit:g}", "--top", str(args.top)) + "` "
              "(CP-SAT, 1 thread, seed 0, on the shared 2-core build machine). Problems from `ppsolve problem` "
              "(times in ms, memory in GiB; capacity = HBM less weights and Adam state).", "",
              "### `--partition auto` against the even partition", "",
@@ -140,9 +134,10 @@ def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) 
              "ranked / solved | search s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in auto_rows:
         gain = 1 - r["auto_makespan"] / r["even_makespan"]
-        lines.append(f"| {r['case']} | {_code(r['even'])} | {_f(r['even_makespan'])} ({r['even_status']}) | "
-                     f"{_f(r.get('even_bound'))} | "
-                     f"{_code(r['auto'])} | {_f(r['auto_makespan'])} ({r['auto_status']}) | {gain:+.1%} faster | "
+        lines.append(f"| {r['case']} | {_code(r['even'])} | {fmt(r['even_makespan'], '.2f')} ({r['even_status']}) | "
+                     f"{fmt(r.get('even_bound'), '.2f')} | "
+                     f"{_code(r['auto'])} | {fmt(r['auto_makespan'], '.2f')} ({r['auto_status']}) | "
+                     f"{gain:+.1%} faster | "
                      f"{r['ranked']} / {r['solved']} | {r['seconds']:.0f} |")
     lines += ["", "### Paper instances (`instances/papers/`)", "",
               f"Published schedules beside CP-SAT ({args.paper_time_limit:g} s). `published` is the zero-bubble "
@@ -152,8 +147,9 @@ def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) 
               "|---|---|---|---|---|---|---|---|---|"]
     for r in paper:
         note = r["note"] or ("" if r["valid"] in (True, None) else "INVALID")
-        lines.append(f"| {r['instance']} | {r['method']} | {r['status']} | {_f(r['makespan'])} | "
-                     f"{_f(r['bubble'], 4)} | {_f(r['published'], 4)} | {_f(r['peak'])} | {_f(r['offloaded'])} | "
+        lines.append(f"| {r['instance']} | {r['method']} | {r['status']} | {fmt(r['makespan'], '.2f')} | "
+                     f"{fmt(r['bubble'], '.4f')} | {fmt(r['published'], '.4f')} | {fmt(r['peak'], '.2f')} | "
+                     f"{fmt(r['offloaded'], '.2f')} | "
                      f"{note} |")
     lines += ["", "The zb-* instances have no memory cap, so an optimal CP-SAT row is the least makespan any "
               "schedule reaches with the paper's timings under SPEC.md's rules: a published rate below that "
@@ -173,29 +169,25 @@ def section(auto_rows: list[dict], paper: list[dict], args: argparse.Namespace) 
             ours = r["bubble"]
             diff = None if ours is None else ours - r["published"]
             verdict = "no" if diff is None or abs(diff) > 0.005 else "yes"
-            lines.append(f"| {r['instance']} | {r['method']} | {r['published']:.4f} | {_f(ours, 4)} | "
+            lines.append(f"| {r['instance']} | {r['method']} | {r['published']:.4f} | {fmt(ours, '.4f')} | "
                          f"{'-' if diff is None else f'{diff:+.4f}'} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=10.0)
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__, time_limit=10.0, section=SECTION, json=None, render=None)
     parser.add_argument("--paper-time-limit", type=float, default=30.0)
     parser.add_argument("--top", type=int, default=3)
-    parser.add_argument("--papers", default=str(ROOT / "instances/papers"))
+    parser.add_argument("--papers", type=Path, default=ROOT / "instances/papers")
     parser.add_argument("--only", choices=("auto", "papers"),
                         help="run one part; the other's rows come from the --json file of an earlier run")
-    parser.add_argument("--json", help="also write the raw rows here")
-    parser.add_argument("--from-json", help="write the section from rows an earlier run saved with --json")
-    parser.add_argument("--out", default=str(SECTION), help="the section file (default: %(default)s)")
-    args = parser.parse_args()
-    if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        write_bytes_atomic(args.out, section(saved["auto"], saved["papers"], args).encode())
-        print(f"wrote {args.out} from {args.from_json}")
-        return
-    earlier = json.loads(Path(args.json).read_text()) if args.only and args.json else {"auto": [], "papers": []}
+    args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        harness.write_section(args.section, section(saved["auto"], saved["papers"], args))
+        print(f"wrote {args.section} from {args.render}")
+        return 0
+    earlier = json.loads(args.json.read_text()) if args.only and args.json else {"auto": [], "papers": []}
     auto_rows = earlier["auto"] if args.only == "papers" else []
     paper = earlier["papers"] if args.only == "auto" else []
     if args.only != "papers":
@@ -203,16 +195,17 @@ def main() -> None:
             auto_rows.append(auto_vs_even(case, args.time_limit, args.top))
             print(json.dumps(auto_rows[-1]), flush=True)
     if args.only != "auto":
-        for path in sorted(Path(args.papers).glob("*.json")):
+        for path in sorted(args.papers.glob("*.json")):
             rows = paper_rows(path, args.paper_time_limit)
             paper += rows
             for r in rows:
                 print(json.dumps(r), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"auto": auto_rows, "papers": paper}, indent=1))
-    write_bytes_atomic(args.out, section(auto_rows, paper, args).encode())
-    print(f"wrote {args.out}")
+        write_json_atomic(args.json, {"auto": auto_rows, "papers": paper})
+    harness.write_section(args.section, section(auto_rows, paper, args))
+    print(f"wrote {args.section}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
