@@ -24,7 +24,9 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Transformer:
-    """A decoder-only transformer: sizes (h, s, b, V, ...), precision and recomputation."""
+    """A decoder-only transformer: sizes (h, s, b, V, ...), precision, recomputation, and the layer
+    types the executor builds (GPT-style: LayerNorm, learned positions, biases; Llama-style:
+    RMSNorm, rotary positions, a gated MLP, GQA)."""
 
     layers: int
     hidden: int
@@ -39,6 +41,15 @@ class Transformer:
     flash_attention: bool = True
     recompute: str = "none"
     name: str = "transformer"
+    norm: str = "layernorm"
+    position: str = "learned"
+    bias: bool = False
+    seed: int = 0
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     @property
     def dtype_bytes(self) -> int:
@@ -105,12 +116,15 @@ def bundled_gpus() -> dict[str, Gpu]:
             for name, entry in data["gpus"].items()}
 
 
-def gpu_named(name: str, where: str = "hardware.gpu") -> Gpu:
-    """A bundled GPU profile, case-insensitively; a miss lists the known ones."""
+def gpu_named(name: str, where: str = "hardware.gpu", hint: str | None = None) -> Gpu:
+    """A bundled GPU profile, case-insensitively; a miss lists the known ones and says how to describe another."""
     try:
         return bundled_gpus()[name.upper()]
     except KeyError:
-        raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}") from None
+        how = hint or ("for another GPU pass --hardware FILE naming it with all its figures "
+                       "(the file's schema: ppsolve schema hardware)")
+        raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}; "
+                                f"{how}") from None
 
 
 @dataclass(frozen=True)
@@ -135,8 +149,12 @@ class Hardware:
 def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
     """Validate a hardware description; InputError names the bad field."""
     validate(data, "hardware", where)
-    gpu = gpu_named(data["gpu"], f"{where}.gpu")
     overrides = {k: data[k] for k in _GPU_FIGURES if k in data}
+    if data["gpu"].upper() not in bundled_gpus() and len(overrides) == len(_GPU_FIGURES):
+        gpu = Gpu(name=data["gpu"], **overrides)  # a GPU of its own: every figure given
+    else:
+        missing = [k for k in _GPU_FIGURES if k not in overrides]
+        gpu = gpu_named(data["gpu"], f"{where}.gpu", hint=f"or give all its figures (missing: {', '.join(missing)})")
     return Hardware(gpu=replace(gpu, **overrides), p2p=data.get("p2p", "nvlink"),
                     p2p_latency_ms=float(data.get("p2p_latency_ms", 0.01)), overridden=tuple(sorted(overrides)))
 
