@@ -71,8 +71,38 @@ class Transformer:
         return {"format": "ppsolve/transformer@1", **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
+OLD_FORMAT = "ppsolve/model@1"
+TRANSFORMER_FORMAT = "ppsolve/transformer@1"
+
+
+def is_old_format(data: Any) -> bool:
+    """Whether ``data`` is the executor's former model format (``ppsolve/model@1``, with ``kind``)."""
+    return isinstance(data, dict) and (data.get("format") == OLD_FORMAT or ("format" not in data and "kind" in data))
+
+
+def fold_old_format(data: dict, where: str = "model") -> dict:
+    """A ``ppsolve/model@1`` GPT file as the transformer description it always meant: LayerNorm, learned
+    positions, biases, a GeLU MLP of 4h, full attention heads. Its MLP kind has no transformer to fold into."""
+    if data.get("kind") != "gpt":
+        raise InputError(f"{where}.kind", f"a {OLD_FORMAT} model of kind {data.get('kind')!r} is no transformer: "
+                                          f"only the executor's toy MLP (kind mlp) and GPT files of that format are "
+                                          f"read; describe the model as {TRANSFORMER_FORMAT} (ppsolve schema "
+                                          "transformer)")
+    renamed = {"vocab": "vocabulary", "seq_len": "sequence"}
+    known = {"format", "name", "kind", "micro_batch_size", "seed", "vocab", "hidden", "heads", "layers", "seq_len"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", f"unknown field for a {OLD_FORMAT} 'gpt' model")
+    out = {renamed.get(k, k): v for k, v in data.items() if k not in ("format", "kind")}
+    out.setdefault("micro_batch_size", 2)
+    return {"format": TRANSFORMER_FORMAT, **out, "norm": "layernorm", "position": "learned", "bias": True}
+
+
 def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
-    """Validate a transformer description; InputError names the bad field."""
+    """Validate a transformer description (a ``ppsolve/model@1`` GPT file is folded in first);
+    InputError names the bad field."""
+    if is_old_format(data):
+        data = fold_old_format(data, where)
     validate(data, "transformer", where)
     hidden, heads = data["hidden"], data["heads"]
     if hidden % heads:
@@ -88,6 +118,35 @@ def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
 
 def load_transformer(path: str | Path) -> Transformer:
     return transformer_from_dict(read_json(path, "model"))
+
+
+SHRINKABLE = ("layers", "hidden", "heads", "kv_groups", "ffn", "sequence", "vocabulary")
+
+
+def shrink(model: Transformer, text: str, where: str = "--shrink") -> Transformer:
+    """``model`` with the sizes ``text`` gives (``hidden=64,layers=8,sequence=16,vocabulary=256``): the
+    layer types stay; heads, key/value groups and the MLP width follow the hidden size unless given
+    (head size at least 16, the GQA ratio and ffn / hidden kept)."""
+    sizes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in SHRINKABLE:
+            raise InputError(where, f"unknown size {key!r}; give any of {', '.join(SHRINKABLE)} as KEY=N")
+        if not value.isdigit() or int(value) < 1:
+            raise InputError(f"{where}.{key}", f"must be an integer >= 1, got {value!r}")
+        sizes[key] = int(value)
+    hidden = sizes.get("hidden", model.hidden)
+    ratio = model.heads // model.kv_groups
+    if "heads" in sizes:
+        heads = sizes["heads"]
+    else:
+        kv = max(1, min(model.kv_groups, hidden // 16 // ratio))
+        heads = kv * ratio
+    kv_groups = sizes.get("kv_groups", max(1, heads // ratio))
+    ffn = sizes.get("ffn", max(1, round(model.ffn * hidden / model.hidden)))
+    data = {**model.to_dict(), **sizes, "hidden": hidden, "heads": heads, "kv_groups": kv_groups, "ffn": ffn,
+            "name": f"{model.name} shrunk"}
+    return transformer_from_dict(data, where)
 
 
 @dataclass(frozen=True)
