@@ -135,3 +135,25 @@ def test_run_checks_a_shrunk_llama_schedule_from_the_cost_model(tmp_path, capsys
     assert main(["run", str(schedule), "--model", str(LLAMA70B), "--device", "cpu"]) == 2  # 70e9 parameters
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--model:" in err and "--shrink" in err
+
+
+@pytest.mark.parametrize("path", [LLAMA70B, MODELS / "transformers" / "gpt-3-175b-like.json"])
+def test_executor_layers_have_the_cost_models_parameter_counts(path):
+    # The layers the executor builds (Llama: RMSNorm, rotary, GQA, SwiGLU, no bias; GPT: LayerNorm,
+    # learned positions, biases) hold exactly the parameters the cost model charges memory for.
+    pytest.importorskip("torch")
+    from ppsolve.costmodel import formulas
+    from ppsolve.costmodel.build import stage_costs
+    from ppsolve.executor import models
+    from ppsolve.executor.spec import spec_of_transformer
+
+    model = shrink(load_transformer(path), "hidden=64,layers=2,sequence=16,vocabulary=96")
+    parts = models.build_parts(spec_of_transformer(model))
+    count = lambda name: sum(p.numel() for p in parts[name].parameters())  # noqa: E731
+    assert count("block0") == sum(formulas.block_params(model))
+    first, last = stage_costs(model, Partition((1, 1)))
+    assert count("embed") + count("block0") == first.params
+    assert count("head") + count("block1") == last.params
+    out = parts["head"](parts["block1"](parts["block0"](parts["embed"](models.microbatch(
+        spec_of_transformer(model), 0)[0]))))
+    assert tuple(out.shape) == (model.micro_batch_size, 16, 96)

@@ -197,7 +197,8 @@ def head(m: Transformer, par: Parallelism = ALONE) -> PartCost:
     gemm_input = _elements(m, rows * b * h)
     logits = 4 * rows * b * v / par.tensor
     kept = norm_input + gemm_input + logits  # not recomputed: all of it stays in keep
-    return PartCost(gemm, gemm, gemm, kept, gemm_input, h * v / par.tensor + m.norm_params, keep=kept)
+    params = (h + (1 if m.bias else 0)) * v / par.tensor + m.norm_params  # the logits' bias with biases
+    return PartCost(gemm, gemm, gemm, kept, gemm_input, params, keep=kept)
 
 
 def boundary_bytes(m: Transformer, par: Parallelism = ALONE) -> float:

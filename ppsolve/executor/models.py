@@ -51,8 +51,7 @@ class Block(nn.Module):
     positions, a gated MLP, RMSNorm and biases as the description says."""
 
     def __init__(self, hidden: int, heads: int, kv_groups: int | None = None, ffn: int | None = None,
-                 gated: bool = False, norm: str = "layernorm", rotary: bool = False, bias: bool = True,
-                 seq_len: int = 1):
+                 gated: bool = False, norm: str = "layernorm", rotary: bool = False, bias: bool = True):
         super().__init__()
         self.heads, self.groups = heads, kv_groups or heads
         self.head_dim = hidden // heads
@@ -65,13 +64,7 @@ class Block(nn.Module):
         self.ln2 = _norm(norm, hidden)
         self.fc1 = nn.Linear(hidden, (2 if gated else 1) * ffn, bias=bias)
         self.fc2 = nn.Linear(ffn, hidden, bias=bias)
-        if rotary:
-            inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
-            angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv).repeat(1, 2)
-            self.register_buffer("cos", angles.cos(), persistent=False)
-            self.register_buffer("sin", angles.sin(), persistent=False)
-        else:
-            self.cos = self.sin = None
+        self.rotary = rotary
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, hidden = x.shape
@@ -79,8 +72,11 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split((hidden, kv, kv), dim=-1)
         q = q.reshape(batch, seq, self.heads, self.head_dim).transpose(1, 2)
         k, v = (t.reshape(batch, seq, self.groups, self.head_dim).transpose(1, 2) for t in (k, v))
-        if self.cos is not None:
-            q, k = _rotate(q, self.cos, self.sin), _rotate(k, self.cos, self.sin)
+        if self.rotary:  # angles made per call: each microbatch's saved tensors are its own
+            inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, device=x.device) / self.head_dim))
+            angles = torch.outer(torch.arange(seq, device=x.device, dtype=inv.dtype), inv).repeat(1, 2)
+            cos, sin = angles.cos(), angles.sin()
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if self.groups != self.heads:
             k, v = (t.repeat_interleave(self.heads // self.groups, dim=1) for t in (k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
@@ -140,7 +136,7 @@ def build_parts(spec: ModelSpec) -> dict[str, nn.Module]:
         parts["embed"] = Embedding(d["vocabulary"], d["hidden"], d["sequence"], d["position"] == "learned")
         for i in range(d["layers"]):
             parts[f"block{i}"] = Block(d["hidden"], d["heads"], d["kv_groups"], d["ffn"], d["gated_mlp"], d["norm"],
-                                       d["position"] == "rotary", d["bias"], d["sequence"])
+                                       d["position"] == "rotary", d["bias"])
         parts["head"] = Head(d["hidden"], d["vocabulary"], d["norm"], d["bias"])
     else:
         parts["embed"] = nn.Linear(d["width"], d["width"])
