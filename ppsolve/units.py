@@ -6,8 +6,9 @@ milliseconds and GiB and names them in its ``x-units`` annotation, which
 ``Problem.units`` reads for reports and plot axes.
 
 The warnings catch figures in the wrong unit, which the contract cannot refuse:
-a capacity given in bytes beside activations in GiB, forward times in seconds
-beside backward times in ms, a capacity above the GPU's memory. They are
+a capacity more than 10^4 activations (bytes beside GiB), stage times (F + B + W)
+differing more than 100 times, forwards and backwards differing more than 100 times
+in all (seconds beside ms), a capacity above the GPU's memory. They are
 warnings (stderr), never errors: a problem may be odd on purpose.
 """
 
@@ -42,14 +43,18 @@ def plausibility_warnings(problem, gpu_memory: float | None = None) -> list[str]
     if caps and gpu_memory is not None and max(caps) > gpu_memory:
         out.append(f"memory.capacity: {max(caps):g} {memory_unit} is above the GPU's memory ({gpu_memory:g} "
                    f"{memory_unit})")
-    durations = [(getattr(problem, name)[s], f"{name}[{s}]") for name in ("forward", "backward_input",
-                                                                          "backward_weight")
-                 for s in range(problem.num_stages) if getattr(problem, name)[s] > 0]
-    if durations:
-        low, high = min(durations), max(durations)
-        if high[0] > MAX_TIME_RATIO * low[0]:
-            out.append(f"time: {high[1]} = {high[0]:g} is {high[0] / low[0]:.0f} times {low[1]} = {low[0]:g}: are "
-                       f"all times in one unit ({time_unit})?")
+    stage_times = [(problem.forward[s] + problem.backward_input[s] + problem.backward_weight[s], s)
+                   for s in range(problem.num_stages)]
+    busy = [x for x in stage_times if x[0] > 0]
+    if busy and max(busy)[0] > MAX_TIME_RATIO * min(busy)[0]:
+        (high, a), (low, b) = max(busy), min(busy)
+        out.append(f"time: stage {a}'s F + B + W ({high:g}) is {high / low:.0f} times stage {b}'s ({low:g}): are "
+                   f"all times in one unit ({time_unit})?")
+    forward, backward = sum(problem.forward), sum(problem.backward_input) + sum(problem.backward_weight)
+    if forward > 0 and backward > 0 and max(forward / backward, backward / forward) > MAX_TIME_RATIO:
+        out.append(f"time: the forwards ({forward:g} in all) and the backwards ({backward:g}) differ "
+                   f"{max(forward / backward, backward / forward):.0f} times: are all times in one unit "
+                   f"({time_unit})?")
     return out
 
 
