@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.executor.device import select_device
     from ppsolve.executor.profiler import profile
-    from ppsolve.executor.spec import load_model_spec
+    from ppsolve.executor.spec import load_model_spec, refuse_too_big
     from ppsolve.jsonio import require_directory, write_json_atomic
     from ppsolve.units import warn
 
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         spec = load_model_spec(args.model)
     spec = spec.with_micro_batch_size(args.micro_batch_size)
+    refuse_too_big(spec)
     stages = args.devices * args.chunks
     partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
     device = select_device(args.device, 1)

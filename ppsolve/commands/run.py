@@ -65,45 +65,23 @@ def shrunk(path: str, sizes: str, schedule):
     return spec_of_transformer(model), schedule
 
 
-def _refuse_too_big(model) -> None:
-    """Refuse a transformer whose fp32 weights alone would take half this machine's memory (the
-    reference run of --check builds the whole model): a full-size description needs --shrink."""
-    import os
-
-    from ppsolve.costmodel.build import stage_costs
-    from ppsolve.costmodel.descriptions import transformer_from_dict
-    from ppsolve.costmodel.partition import Partition
-    from ppsolve.errors import InputError
-    from ppsolve.executor.spec import ModelSpec, load_model_spec
-
-    spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
-    if spec.kind != "transformer":
-        return
-    described = transformer_from_dict(spec.to_dict())
-    params = sum(c.params for c in stage_costs(described, Partition((described.layers,))))
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if 4 * params > memory / 2:
-        raise InputError("--model", f"{spec.name} has {params / 1e9:.1f}e9 parameters, {4 * params / 2**30:.0f} GiB "
-                                    f"in fp32, more than half of this machine's {memory / 2**30:.0f} GiB: run a "
-                                    "smaller model of the same layer types with --shrink (e.g. "
-                                    "hidden=64,layers=8,sequence=16,vocabulary=256)")
-
-
 def run(args: argparse.Namespace) -> int:
     from ppsolve.jsonio import require_directory, write_json_atomic
+    from ppsolve.executor.spec import load_model_spec, refuse_too_big
     from ppsolve.schedule import load_schedule
 
     if args.trace:
         require_directory(args.trace)
     schedule = load_schedule(args.schedule)  # bad input is answered before torch is imported
-    model = args.model if args.shrink is None else None
-    if args.shrink is not None:
+    if args.shrink is None:
+        model = load_model_spec(args.model)
+    else:
         model, schedule = shrunk(args.model, args.shrink, schedule)
+    refuse_too_big(model)
 
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
     from ppsolve.executor.report import chrome_trace, render, stage_bytes
-    _refuse_too_big(model if model is not None else args.model)
     outcome = execute(schedule, model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:

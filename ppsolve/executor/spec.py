@@ -112,6 +112,26 @@ def model_from_dict(data: Any, where: str = "model") -> ModelSpec:
                      seed=_int(data.get("seed", 0), 0, f"{where}.seed"))
 
 
+def refuse_too_big(spec: ModelSpec) -> None:
+    """Refuse a transformer whose fp32 weights alone would take half this machine's memory (a check's
+    reference run builds the whole model): a full-size description needs ``--shrink``."""
+    import os
+
+    from ppsolve.costmodel.build import stage_costs
+    from ppsolve.costmodel.partition import Partition
+
+    if spec.kind != "transformer":
+        return
+    described = transformer_from_dict(spec.to_dict())
+    params = sum(c.params for c in stage_costs(described, Partition((described.layers,))))
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 4 * params > memory / 2:
+        raise InputError("--model", f"{spec.name} has {params / 1e9:.1f}e9 parameters, {4 * params / 2**30:.0f} GiB "
+                                    f"in fp32, more than half of this machine's {memory / 2**30:.0f} GiB: run a "
+                                    "smaller model of the same layer types with --shrink (e.g. "
+                                    "hidden=64,layers=8,sequence=16,vocabulary=256)")
+
+
 def _int(value: Any, least: int, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(where, f"must be an integer, got {value!r}")
