@@ -1,7 +1,7 @@
 """The parallelism table of docs/costmodel.md: static memory, activation and capacity per stage,
 and the schedule ``ppsolve problem --partition auto`` picks, for GPT-3-175B-like and 70B-like setups.
 
-    python benchmarks/costmodel_parallel.py [--time-limit 10] [--top 2]
+    python -m benchmarks.reports.costmodel_parallel [--time-limit 10] [--top 2]
 
 CP-SAT, one thread, seed 0, ``--time-limit`` seconds on each of the ``--top`` best partitions.
 Prints the markdown table.
@@ -9,17 +9,12 @@ Prints the markdown table.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from ppsolve.costmodel import Layout, build_problem, even_partition, hardware_of_gpu, load_transformer
+from ppsolve.costmodel.parallel import Parallelism
+from ppsolve.costmodel.search import search_partition
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ppsolve.costmodel import Layout, build_problem, even_partition, hardware_of_gpu, load_transformer  # noqa: E402
-from ppsolve.costmodel.parallel import Parallelism  # noqa: E402
-from ppsolve.costmodel.search import search_partition  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 GPT3 = ROOT / "models/transformers/gpt-3-175b-like.json"
 LLAMA70B = ROOT / "models/transformers/llama-3-70b-like.json"
 
@@ -47,8 +42,7 @@ def row(case, time_limit: float, top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser = harness.parser(__doc__, time_limit=10.0)
     parser.add_argument("--top", type=int, default=2)
     args = parser.parse_args(argv)
     print("| model | GPU | t (SP) | p | D | sharding | m | static GiB (first / middle / last stage) | "

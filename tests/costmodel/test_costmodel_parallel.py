@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.executor_helpers import ROOT
+from tests.helpers import ROOT
 
 from ppsolve.cli import main
 from ppsolve.costmodel import Layout, build_problem, even_partition, hardware_of_gpu, load_transformer

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.executor_helpers import ROOT
+from tests.helpers import ROOT
 
 from ppsolve.cli import main
 from ppsolve.costmodel.descriptions import load_transformer, shrink, transformer_from_dict
