@@ -1,7 +1,7 @@
 """Time ``ppsolve check`` on the largest schedule files the limits allow.
 
 Usage: PYTHONPATH=. python benchmarks/check_speed.py [--devices 8] [--microbatches 4096] [--out DIR]
-                                                     [--profile]
+                                                     [--profile] [--write docs/bench/check_speed.txt]
 
 Writes three schedule files of one problem (d devices, m microbatches, split backward: 3*d*m compute ops,
 100 000 at the limit) and times ``python -m ppsolve check`` on each as a user runs it (a new process:
@@ -11,12 +11,14 @@ reading the file, checking, printing the first 20 violations and the count):
 - ``scrambled``: the 1F1B schedule's ops with random start times (violations of every rule).
 Prints one row per file: ops, violations, seconds (wall) and the process's CPU seconds.
 ``--profile`` runs each under ``python -m cProfile -s cumtime`` instead and prints the top of the profile.
+``--write FILE`` also writes the table there, after the command that measured it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -25,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ppsolve.jsonio import write_text_atomic
 from ppsolve.methods import run_method
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
@@ -75,18 +78,27 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=4096)
     parser.add_argument("--out", help="folder for the schedule files (default: a temporary one)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of each check")
+    parser.add_argument("--write", help="also write the table to this file")
     args = parser.parse_args()
+    rows = [f"{'file':<12}{'ops':>8}{'violations':>12}{'seconds':>9}{'cpu s':>8}"]
+    print(rows[0])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.out or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        print(f"{'file':<12}{'ops':>8}{'violations':>12}{'seconds':>9}{'cpu s':>8}")
         for name, data in schedules(args.devices, args.microbatches).items():
             path = folder / f"check_{name}.json"
             path.write_text(json.dumps(data))
             wall, cpu, violations, profile = _run(path, args.profile)
-            print(f"{name:<12}{len(data['ops']):>8}{violations:>12}{wall:>9.2f}{cpu:>8.2f}", flush=True)
+            rows.append(f"{name:<12}{len(data['ops']):>8}{violations:>12}{wall:>9.2f}{cpu:>8.2f}")
+            print(rows[-1], flush=True)
             if profile:
                 print("\n".join(profile.splitlines()[:45]))
+    if args.write:
+        command = "PYTHONPATH=. python benchmarks/check_speed.py " + " ".join(sys.argv[1:])
+        header = [f"`{command}` ({args.devices} devices x {args.microbatches} microbatches, split backward; "
+                  f"{os.cpu_count()} cores shared with other work: seconds are wall time, cpu s the check "
+                  "process's own)", ""]
+        write_text_atomic(Path(args.write), "\n".join(header + rows) + "\n")
 
 
 if __name__ == "__main__":
