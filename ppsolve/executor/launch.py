@@ -148,7 +148,7 @@ def _first_failure(folder: str, failed: list[int], procs) -> str:
 
 
 def _still_running(folder: str, procs) -> str:
-    """``; still running: rank 1 at ppsolve/executor/comm.py:120 in recv, ...`` for each rank not yet
+    """``; still running: rank 1 at ppsolve/executor/comm.py:109 in wait_recv, ...`` for each rank not yet
     ended: its innermost ppsolve frame, from the stack it dumps when sent SIGUSR1 (nothing where the
     platform has no such signal)."""
     running = [r for r, p in enumerate(procs) if p.exitcode is None]
