@@ -46,7 +46,7 @@ _WHAT = {("R1", _F): "its input", ("R2", _B): "the loss turns around", ("R3", _B
          ("R9", _R): "the forward it recomputes", ("R9", _B): "its recomputed activation"}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Violation:
     rule: str
     message: str
@@ -110,7 +110,7 @@ class _Checker:
         self.problem = schedule.problem
         self.eps = 1e-9 * max(1.0, schedule.makespan)
         self.violations: list[Violation] = []
-        self.by_op: dict[Op, ScheduledOp] = {}
+        self.by_op: dict[tuple, ScheduledOp] = {}  # (kind, stage, microbatch), equal to its Op -> first listing
 
     def add(self, rule: str, message: str, op: ScheduledOp | None = None, time: float | None = None,
             grid_ops: Iterable[ScheduledOp] = ()) -> None:
