@@ -1,6 +1,6 @@
 """Time ``ppsolve check`` on the largest schedule files the limits allow.
 
-Usage: PYTHONPATH=. python benchmarks/check_speed.py [--devices 8] [--microbatches 4096] [--out DIR]
+Usage: python -m benchmarks.reports.check_speed [--devices 8] [--microbatches 4096] [--out DIR]
                                                      [--profile] [--write docs/bench/check_speed.txt]
 
 Writes three schedule files of one problem (d devices, m microbatches, split backward: 3*d*m compute ops,
@@ -94,7 +94,7 @@ def main() -> None:
             if profile:
                 print("\n".join(profile.splitlines()[:45]))
     if args.write:
-        command = "PYTHONPATH=. python benchmarks/check_speed.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.reports.check_speed " + " ".join(sys.argv[1:])
         header = [f"`{command}` ({args.devices} devices x {args.microbatches} microbatches, split backward; "
                   f"{os.cpu_count()} cores shared with other work: seconds are wall time, cpu s the check "
                   "process's own)", ""]
