@@ -41,17 +41,22 @@ def in_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: int) -> list | None:
+def _rank_main(job: Job | list[Job], rank: int, world: int, init_method: str, local_rank: int) -> list | None:
+    jobs = job if isinstance(job, list) else [job]
     torch.set_num_threads(1)
-    device = make_device(job.device, local_rank)
+    device = make_device(jobs[0].device, local_rank)
     dist.init_process_group(device.backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=job.timeout_s), **device.init_options())
+                            timeout=timedelta(seconds=max(j.timeout_s for j in jobs)), **device.init_options())
     try:
-        if job.runtime == "torch":
-            from ppsolve.executor.torch_runtime import run_rank_torch
-            result = run_rank_torch(job, rank, device)
-        else:
-            result = run_rank(job, rank, device)
+        results = []
+        for one in jobs:  # several jobs (``api.execute_all``): one after another, all ranks in step
+            if one.runtime == "torch":
+                from ppsolve.executor.torch_runtime import run_rank_torch
+                results.append(run_rank_torch(one, rank, device))
+            else:
+                results.append(run_rank(one, rank, device))
+            dist.barrier()
+        result = results if isinstance(job, list) else results[0]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         dist.barrier()
@@ -77,8 +82,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(job: Job, world: int) -> list[RankResult]:
-    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order)."""
+def launch(job: Job | list[Job], world: int) -> list:
+    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order); for a
+    list of jobs, every rank's list of results (one per job)."""
     context = multiprocessing.get_context("spawn")
     init_method = f"tcp://127.0.0.1:{_free_port()}"
     with tempfile.TemporaryDirectory(prefix="ppsolve-run-") as folder:
@@ -86,14 +92,15 @@ def launch(job: Job, world: int) -> list[RankResult]:
                  for rank in range(world)]
         for proc in procs:
             proc.start()
-        deadline = time.monotonic() + STARTUP_S + job.timeout_s * max(1, job.steps)
+        budget = sum(j.timeout_s * max(1, j.steps) for j in (job if isinstance(job, list) else [job]))
+        deadline = time.monotonic() + STARTUP_S + budget
         try:
             while any(p.exitcode is None for p in procs):
                 failed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if failed:
                     raise ExecutionError(_first_failure(folder, failed, procs))
                 if time.monotonic() > deadline:
-                    raise ExecutionError(f"timed out after {job.timeout_s * max(1, job.steps) + STARTUP_S:.0f} s "
+                    raise ExecutionError(f"timed out after {budget + STARTUP_S:.0f} s "
                                          f"with rank(s) {[r for r, p in enumerate(procs) if p.exitcode is None]} "
                                          "still running")
                 time.sleep(0.05)
