@@ -42,8 +42,11 @@ def _cases(d: int) -> dict:
         "po-h": run_method("po-h", problem(d, m, offload=True, duplex=False, bandwidth=2).replace(capacity=1),
                            RunOptions()),
         "solver-offload-vshape": _solve(problem(d, m, chunks=2, placement="vshape", offload=True, duplex=False), 2.5),
+        "solver-offload-interleaved-fused": _solve(problem(d, m, chunks=2, placement="interleaved", split=False,
+                                                           offload=True, duplex=False), 2.5),
         "solver-recompute-linear-fused": _solve(problem(d, m, split=False, keep=0.25), 1.5),
         "solver-recompute-interleaved": _solve(problem(d, m, chunks=2, placement="interleaved", keep=0.25), 2.5),
+        "solver-recompute-vshape": _solve(problem(d, m, chunks=2, placement="vshape", keep=0.25), 2.5),
     }
     prob = problem(d, m, chunks=2, placement="vshape", offload=True, keep=0.25, duplex=False)
     pairs = [(s, j) for s in range(prob.num_stages) for j in range(m)]
@@ -51,7 +54,8 @@ def _cases(d: int) -> dict:
                                          {p for p in pairs if sum(p) % 3 == 0}, {p for p in pairs if sum(p) % 3 == 1})
     levers = {name: (s.offloaded > 0, s.recomputed > 0) for name, s in cases.items()}
     assert levers["po-h"][0] and levers["solver-offload-vshape"][0] and all(levers["mixed-vshape"])
-    assert levers["solver-recompute-linear-fused"][1] and levers["solver-recompute-interleaved"][1]
+    assert levers["solver-offload-interleaved-fused"][0]
+    assert all(levers[name][1] for name in cases if name.startswith("solver-recompute"))
     return cases
 
 

@@ -41,6 +41,7 @@ import json
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.distributed.pipelining import schedules as _torch
@@ -120,6 +121,7 @@ class PlanRun:
         self.device = device or CpuDevice()
         self.stages = {stage.stage_index: stage for stage in runtime._stages}
         self.rank = runtime.rank
+        _check_fits(runtime, plan)
         mine = (plan or {}).get("ranks", [])
         rank_plan = next((r for r in mine if r["rank"] == self.rank), {"extra": [], "waits": {}})
         self.extra_before: dict[str, list[dict]] = {}
@@ -133,6 +135,7 @@ class PlanRun:
         self.calls = 0
         self.log: list | None = None  # when a list: every compute and extra action's label as it ends
         self._captured: tuple = ((), {})
+        self.device.begin()
         for stage in self.stages.values():
             stage.submod.register_forward_pre_hook(self._capture, with_kwargs=True)
         self._new_step()
@@ -149,7 +152,7 @@ class PlanRun:
         self.hold_bytes: dict[int, dict[int, int]] = {s: {} for s in self.stages}
         self.keep_bytes: dict[int, dict[int, int]] = {s: {} for s in self.stages}
         self.losses: dict[int, torch.Tensor] = {}
-        self.device.begin()
+        self.origin = self.device.stamp()  # no ``begin`` here: on CUDA it synchronizes, with receives posted
 
     def _capture(self, module, args, kwargs):
         self._captured = (args, kwargs)
@@ -177,7 +180,7 @@ class PlanRun:
             full = kind == _torch.FULL_BACKWARD
             self._timed(label, "B", action, lambda: self._backward(sched, stage, action.microbatch_index, full))
 
-    def _timed(self, label: str, kind: str, action, fn, moved: int = 0) -> int:
+    def _timed(self, label: str, kind: str, action, fn) -> int:
         dev = self.device
         for awaited in self.waits.get(label, ()):
             dev.wait(self.events.get(awaited))
@@ -304,17 +307,15 @@ class PlanRun:
             raise RuntimeError(f"{entry['action']}: planned after {entry['after']}, which has not run on rank "
                                f"{self.rank} (the plan does not belong to this CSV)")
 
-        class _At:  # what _timed reads of an action
-            stage_index, microbatch_index = s, j
-
+        at = _At(s, j)
         lane = entry["lane"]
         with self.device.lane(lane) if lane != "compute" else _no_lane():
             if kind == "OFFLOAD":
-                self._timed(entry["action"], kind, _At, lambda: self._offload(s, j, entry["share"]))
+                self._timed(entry["action"], kind, at, lambda: self._offload(s, j, entry["share"]))
             elif kind == "RELOAD":
-                self._timed(entry["action"], kind, _At, lambda: self._reload(s, j))
+                self._timed(entry["action"], kind, at, lambda: self._reload(s, j))
             elif kind == "R":
-                self._timed(entry["action"], kind, _At, lambda: self._recompute(s, j, ctx))
+                self._timed(entry["action"], kind, at, lambda: self._recompute(s, j, ctx))
             else:
                 raise ValueError(f"plan: unknown action kind {kind!r}")
 
@@ -379,6 +380,10 @@ class PlanRun:
         self._register(s, j, record, found)
 
     # ----- results -----
+    def seconds(self, stamp) -> float:
+        """A record's stamp as seconds from the start of its step (on CUDA: after a synchronize)."""
+        return self.device.seconds(stamp) - self.device.seconds(self.origin)
+
     def bytes_by_stage(self, what: str) -> dict[int, list[int]]:
         """Per stage, the bytes of each microbatch (``activation_bytes``, ``hold_bytes``, ``keep_bytes``)."""
         table = getattr(self, what)
@@ -394,6 +399,18 @@ def attach(runtime, plan=None, device=None) -> PlanRun:
     for kind in _COMPUTE:
         runtime.register_custom_function(kind, run.run)
     return run
+
+
+def _check_fits(runtime, plan: dict | None) -> None:
+    """The runtime has loaded a compute_comms CSV, and the plan is for its pipeline."""
+    if getattr(runtime, "pipeline_order_with_comms", None) is None:
+        raise ValueError("attach: load the CSV first: runtime._load_csv(path, \"compute_comms\")")
+    if plan is None:
+        return
+    have = {"devices": runtime.pp_group_size, "stages": runtime._num_stages, "microbatches": runtime._n_microbatches}
+    for key, value in have.items():
+        if plan.get(key) != value:
+            raise ValueError(f"plan: {key} is {plan.get(key)}, the runtime has {value}")
 
 
 def _unpack(obj):
@@ -424,6 +441,13 @@ def _in_microbatch_order(internal: list, losses: dict) -> None:
     """Keep the runtime's loss list in microbatch order (it appends in forward order; its
     backward and ``losses`` index it by microbatch)."""
     internal[:] = [losses[j] for j in sorted(losses)]
+
+
+class _At(NamedTuple):
+    """What ``_timed`` reads of an action, for the side file's actions."""
+
+    stage_index: int
+    microbatch_index: int
 
 
 class _no_lane:

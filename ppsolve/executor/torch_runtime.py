@@ -71,7 +71,7 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
                                f"exported files say {expected[at] if at < len(expected) else 'nothing'}")
     dev.synchronize()
     result.losses = {j: float(loss.detach()) for j, loss in plan.losses.items()}
-    result.records = [OpRecord(r.action, r.kind, r.stage, r.microbatch, dev.seconds(r.start), dev.seconds(r.end),
+    result.records = [OpRecord(r.action, r.kind, r.stage, r.microbatch, plan.seconds(r.start), plan.seconds(r.end),
                                r.held, r.moved) for r in plan.records]
     result.peak = plan.peak
     result.activation_bytes = plan.bytes_by_stage("activation_bytes")
