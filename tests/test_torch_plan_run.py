@@ -78,6 +78,7 @@ def test_two_ranks_run_every_kind_of_plan_through_pytorch():
     _run_and_assert(_cases(2), MODELS / "gpt-tiny.json")
 
 
+@pytest.mark.slow
 def test_four_ranks_run_every_kind_of_plan_through_pytorch(tmp_path):
     data = json.loads((MODELS / "mlp-tiny.json").read_text())
     data["layers"] = 8  # 8 stages with 2 chunks per rank
