@@ -21,11 +21,19 @@ B(s+1,j) -> B(s,j) (``SEND_B``/``RECV_B``). Placement:
 - ``<stage>REDUCE_GRAD`` (gradient scaling, FSDP's post-backward) after the stage's last
   backward and its send, as PyTorch's own lowering places it.
 
-Why it cannot deadlock: a rank waits only at a compute op, for a receive of a message
-that the producing op sends when it ends; in every rank's list and every channel the
-actions come in the order of one global key (planned times), so a wait always points
-to something earlier in that key. :mod:`ppsolve.export.torch_replay` replays the CSV
-under the runtime's blocking rules and is run on every baseline family in the tests.
+Why it cannot hang under the runtime's rules (:mod:`ppsolve.export.torch_replay`, which
+replays every file before it is written): each rank's row keeps each channel in channel
+order (a receive goes before this rank's ops for later messages; a send of an earlier
+message ends before the consumer of a later one starts). Suppose some ranks are stuck, and
+let ``c`` be the blocked compute op that starts first in the plan (planned start, then issue
+order), on rank ``r``, waiting for message ``m_r`` from rank ``p``. The earliest unfinished
+message ``m`` of their channel (``m`` no later than ``m_r``) was not posted by one side, not
+by ``r`` (it posted ``m_r``, so everything before). If the sender of ``m`` has not posted it,
+the sender is blocked before ``m``'s producer, which ends no later than ``m_r``'s producer,
+which ends before ``c`` starts. Otherwise ``p`` receives ``m``, so ``m`` is not ``m_r`` and
+``p``'s receive of ``m`` comes before its send of ``m_r``: ``p`` is blocked before ``m_r``'s
+producer. Either way a rank is blocked at an op that starts before ``c``, against the choice
+of ``c``.
 """
 
 from __future__ import annotations

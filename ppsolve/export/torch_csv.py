@@ -71,8 +71,6 @@ def write(schedule: Schedule, path: str | Path, format: str = "compute_comms") -
     written = [Path(path)]
     if has_extra(plan):
         side = plan_path(path)
-        if side == Path(path):
-            raise InputError("-o", f"{path}: the side file would overwrite the CSV; name the CSV *.csv")
         write_json_atomic(side, plan)
         written.append(side)
     write_text_atomic(path, text)

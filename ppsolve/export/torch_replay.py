@@ -161,6 +161,7 @@ def _match_channels(rows: list[list[Action]], rank_of: dict[int, int]) -> dict[t
     """For each send or receive (rank, index): ((low rank, high rank), k), its place in its channel;
     InputError when the two ranks' k-th actions on a channel are not the ends of one message."""
     sequences: dict[tuple[int, int], list[tuple[int, int, Action]]] = {}
+    count: dict[tuple[int, int], int] = {}  # (rank, peer): its actions on the channel so far
     out = {}
     for rank, row in enumerate(rows):
         for i, a in enumerate(row):
@@ -170,8 +171,8 @@ def _match_channels(rows: list[list[Action]], rank_of: dict[int, int]) -> dict[t
             if peer is None or peer == rank:
                 raise InputError("csv", f"rank {rank} action {i} ({a}): no stage {_peer_stage(a)} on another rank")
             pair = (min(rank, peer), max(rank, peer))
-            mine = [x for x in sequences.get(pair, []) if x[0] == rank]
-            out[(rank, i)] = (pair, len(mine))
+            out[(rank, i)] = (pair, count.get((rank, peer), 0))
+            count[(rank, peer)] = count.get((rank, peer), 0) + 1
             sequences.setdefault(pair, []).append((rank, i, a))
     for (low, high), seq in sequences.items():
         ends = {r: [a for rank, _, a in seq if rank == r] for r in (low, high)}
