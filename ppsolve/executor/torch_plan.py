@@ -183,7 +183,7 @@ class PlanRun:
     def _timed(self, label: str, kind: str, action, fn) -> int:
         dev = self.device
         for awaited in self.waits.get(label, ()):
-            dev.wait(self.events.get(awaited))
+            dev.wait(self.events[awaited])  # planned to end before: it ran earlier in this step
         start = dev.stamp()
         moved = fn() or 0
         end = dev.stamp()
