@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
+
+# the repository's root (instances/, models/, benchmarks/ are read from it)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def problem_dict(**overrides: Any) -> dict:

@@ -28,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppsolve.bench import collect_problems, run_bench, select_methods, write_csv, write_markdown
+    from ppsolve.studies.bench import collect_problems, run_bench, select_methods, write_csv, write_markdown
     from ppsolve.errors import InputError
     from ppsolve.methods import RunOptions
 

@@ -34,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
-    from ppsolve.frontier import compute_frontier, parse_capacities, write_frontier_csv
+    from ppsolve.studies.frontier import compute_frontier, parse_capacities, write_frontier_csv
     from ppsolve.plot.figure import image_format
     from ppsolve.plot.frontier_plot import plot_frontier
     from ppsolve.problem import load_problem

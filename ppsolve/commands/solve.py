@@ -14,6 +14,7 @@ from ppsolve.jsonio import read_json, require_directory
 from ppsolve.problem import load_problem
 from ppsolve.schedule import schedule_from_dict
 from ppsolve.solvers.phases import BACKENDS
+from ppsolve.units import warn as warn_implausible
 
 # Of --time-limit, the share (at most AFTER_MAX seconds) kept after the solve for writing the file and
 # comparing with the published schedules (the comparison is skipped when it does not fit).
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--makespan-limit", "applies only with --objective memory")
     require_directory(args.output)
     problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
+    warn_implausible(problem)
     warm_schedule = _warm_schedule(args.warm_start)
     from ppsolve.solvers import SolveOptions, solve
     started = _process_start()
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         "peak_memory": schedule.peak_memory, "capacity": list(schedule.problem.capacity),
         "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(),
         "recomputed": schedule.recomputed, "recomputed_by_stage": schedule.recomputed_by_stage(),
-        "interrupted": result.interrupted,
+        "interrupted": result.interrupted, "units": dict(zip(("time", "memory"), schedule.problem.units)),
         "from_warm_start": result.from_warm_start, "notes": result.notes,
     }
     if advice is not None:
@@ -124,10 +126,11 @@ def run(args: argparse.Namespace) -> int:
     peaks = ", ".join(f"{p:g}" for p in schedule.peak_memory)
     caps = ", ".join("-" if c is None else f"{c:g}" for c in schedule.problem.capacity)
     head = "interrupted: best so far" if result.interrupted else result.status
-    print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g}, "
-          f"gap {result.gap:.2%}, {result.seconds:.1f} s")
+    time_unit, memory_unit = schedule.problem.units
+    print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g} "
+          f"({time_unit}), gap {result.gap:.2%}, {result.seconds:.1f} s")
     recomputed = f", recomputed {schedule.recomputed}" if schedule.problem.recompute is not None else ""
-    print(f"peak memory [{peaks}] (capacity [{caps}]), offloaded {schedule.offloaded:g}{recomputed}, "
+    print(f"peak memory [{peaks}] (capacity [{caps}]) {memory_unit}, offloaded {schedule.offloaded:g}{recomputed}, "
           f"bubble {schedule.bubble_ratio:.1%}")
     if schedule.offloaded:
         print(f"to host memory: {schedule.describe_offload()}")
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 def _advice(problem_path: str, result, deadline: float):
     """The comparison with the published schedules, if it ends by ``deadline`` (the time limit);
     (advice or None, whether it was cut short: then its thread runs on, and ``_done`` ends the process)."""
-    from ppsolve.advice import advise
+    from ppsolve.studies.advice import advise
     from ppsolve.solvers.api import wait_for
 
     advice, cut = wait_for(lambda: advise(problem_path, result.schedule, result.status, result.lower_bound),

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from ppsolve.bench import BenchRow
+from ppsolve.studies.bench import BenchRow
 from ppsolve.plot.figure import new_figure, save_figure
 
 MARKERS = "osD^v<>Pp*hX"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppsolve.frontier import CURVE_LABELS, Frontier
+from ppsolve.studies.frontier import CURVE_LABELS, Frontier
 from ppsolve.plot.figure import new_figure, save_figure
 
 # (colour, line style) of each curve; drawn in CURVE_LABELS' order, so that the curve with the most

@@ -1,0 +1,13 @@
+"""Lower bounds on the makespan and on the memory a problem needs.
+
+``analytic`` combines the per-device bounds into :func:`makespan_lower_bound` and :func:`min_capacity`;
+``sequence``, ``admission``, ``idle``, ``held`` and ``recompute`` each hold one argument it uses.
+The split bound, which proves smaller problems with CP-SAT, lives with the solver
+(``ppsolve.solvers.split_bound``) so that this package never imports the solvers.
+"""
+
+from ppsolve.bounds.analytic import (MakespanBound, capacity_shortfalls, critical_path, heads_and_tails,
+                                     makespan_lower_bound, min_capacity, require_feasible_capacity)
+
+__all__ = ["MakespanBound", "capacity_shortfalls", "critical_path", "heads_and_tails", "makespan_lower_bound",
+           "min_capacity", "require_feasible_capacity"]

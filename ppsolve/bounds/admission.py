@@ -1,0 +1,94 @@
+"""The admission bound: a memory cap on the device of stage 0 spaces out the forwards F(0, .),
+and every device then waits for the microbatches that enter late.
+
+Number the microbatches by the start of their F(0, .) (they are interchangeable, so this costs
+nothing) and let t_k be the k-th of those starts. When F(0, j) starts, its device allocates
+``act`` = the whole activation of stage 0 (only its checkpoint keep[0] when it is recomputed:
+``ppsolve.bounds.held.forward_allocates``); each of the j microbatches that started before it still
+holds ``kept`` = ``ppsolve.bounds.held.least_held`` of stage 0 (its share that cannot go to host
+memory, or its checkpoint when recomputed; partial offloads move less) until its B(0, .) ends,
+then ``weight_hold`` until its W(0, .) ends (an R between F and B only delays that B). So if ``a`` of them are still
+active and ``h`` hold their W, ``activation + a * kept + h * hold <= cap``, and at least ``j - a``
+B(0, .) and ``j - a - h`` W(0, .) have ended. The i-th earliest B(0, .) ends no sooner than
+t_(i-1) plus the least time from the start of F(0, j) to the end of B(0, j) (one microbatch's
+dependency chain), and likewise for W. Minimising over the (a, h) the cap allows gives a lower
+bound on t_j, in order j = 0, 1, ... (:func:`admission_starts`; t_j >= t_(j-1) + F(0) too).
+
+The microbatches numbered k and above (m - k of them) then bring their ops to a device no
+sooner than t_k plus each op's head (the least time from F(0, j)'s start to the op's start).
+For any set of those op kinds, the device needs ``(m - k) x`` their durations after the least of
+their heads, and after the last of them ends, the least of their tails still follows
+(:func:`admission_bound`; the largest over k and over the sets that keep the kinds with at
+least a given head and at least a given tail).
+
+Stages other than 0, on device 0 or elsewhere, are left out of the memory count: a relaxation,
+so the bound stays valid for every placement.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ppsolve.bounds.held import forward_allocates, least_held
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+
+_EPS = 1e-9
+
+
+def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
+    """Lower bounds on the sorted starts of F(0, .), or None when the cap cannot space them
+    (no cap on stage 0's device, or all of its activation may go to host memory)."""
+    device = problem.placement[0]
+    cap = problem.capacity[device]
+    act, kept = forward_allocates(problem, 0), least_held(problem, 0)
+    if cap is None or kept <= _EPS:
+        return None
+    split = problem.split_backward
+    hold = problem.weight_hold[0] if split else 0.0
+    to_b_end = heads[(OpKind.B, 0)] + problem.duration(OpKind.B, 0)
+    to_w_end = heads[(OpKind.W, 0)] + problem.duration(OpKind.W, 0) if split else to_b_end
+    forward = problem.forward[0]
+    starts: list[float] = []
+    for j in range(problem.microbatches):
+        best = math.inf
+        for active in range(j + 1):  # earlier microbatches whose B(0, .) has not ended
+            room = cap - act - active * kept
+            if room < -_EPS:
+                break
+            ended_b = j - active
+            holding = ended_b if hold <= _EPS else min(ended_b, math.floor(room / hold + _EPS))
+            ended_w = ended_b - holding
+            when = max(starts[ended_b - 1] + to_b_end if ended_b else 0.0,
+                       starts[ended_w - 1] + to_w_end if ended_w else 0.0)
+            best = min(best, when)
+        if best == math.inf:  # even one activation does not fit: min_capacity reports it
+            return None
+        starts.append(max(best, starts[-1] + forward if starts else 0.0))
+    return starts
+
+
+def admission_bound(problem: Problem, device: int, starts: list[float] | None, heads: dict, tails: dict) -> float:
+    """The makespan bound of ``device`` from the spaced starts of F(0, .) (0 without them)."""
+    if starts is None:
+        return 0.0
+    kinds = [(kind, s) for s in problem.stages_of_device[device] for kind in problem.kinds if kind.is_compute]
+    if not kinds:
+        return 0.0
+    m = problem.microbatches
+    t = np.asarray(starts)
+    k = np.arange(m)
+    best = 0.0
+    head_levels = sorted({heads[key] for key in kinds})
+    tail_levels = sorted({tails[key] for key in kinds})
+    for h in head_levels:
+        for q in tail_levels:
+            chosen = [key for key in kinds if heads[key] >= h - _EPS and tails[key] >= q - _EPS]
+            if not chosen:
+                continue
+            work = sum(problem.duration(*key) for key in chosen)
+            # t_k + h + (m - k) * work + q, at its largest over k
+            best = max(best, float(np.max(t - k * work)) + m * work + h + q)
+    return best

@@ -1,0 +1,431 @@
+"""Lower bounds on the makespan and the least memory capacity that admits a schedule.
+
+Every method reports its gap against :func:`makespan_lower_bound`, and an
+infeasible capacity is explained with :func:`min_capacity`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from ppsolve.bounds.admission import admission_bound, admission_starts
+from ppsolve.dependencies import dependency_table, depth
+from ppsolve.errors import InfeasibleError
+from ppsolve.bounds.held import forward_allocates, least_held
+from ppsolve.bounds.idle import Group, least_starts, most_work
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+from ppsolve.bounds.recompute import forced_recompute, recomputed_area
+from ppsolve.bounds.sequence import sequence_bounds
+
+
+@dataclass(frozen=True)
+class MakespanBound:
+    """The bound and the figures it is the largest of."""
+
+    value: float
+    device_bounds: tuple[float, ...]
+    critical_path: float
+    memory_bounds: tuple[float, ...] = ()
+    idle_bounds: tuple[float, ...] = ()
+    admission_bounds: tuple[float, ...] = ()
+    sequence_bounds: tuple[float, ...] = ()
+    recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
+    forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
+
+    @property
+    def binding(self) -> str:
+        candidates = [(self.critical_path, "critical path of one microbatch")]
+        candidates += [(b, f"load of device {d}") for d, b in enumerate(self.device_bounds)]
+        candidates += [(b, f"memory cap of device {d}") for d, b in enumerate(self.memory_bounds)]
+        candidates += [(b, f"load and forced idle of device {d}") for d, b in enumerate(self.idle_bounds)]
+        candidates += [(b, f"load of device {d} after the cap of stage 0's device spaces the microbatches")
+                       for d, b in enumerate(self.admission_bounds)]
+        candidates += [(b, f"ops of device {d} with microbatches in order (earliest starts and tails)")
+                       for d, b in enumerate(self.sequence_bounds)]
+        candidates += [(b, f"load of device {d} with the recompute its cap forces")
+                       for d, b in enumerate(self.recompute_bounds)]
+        top = max(c[0] for c in candidates)
+        return next(name for value, name in candidates if value >= top - 1e-9 * max(1.0, top))  # ties: the simplest
+
+
+Durations = Callable[[OpKind, int], float]
+
+
+def _one_microbatch(problem: Problem, duration: Durations | None = None,
+                    lag: Callable[[float], float] | None = None) -> tuple[list[tuple[OpKind, int]], dict, dict]:
+    """The compute ops of one microbatch in dependency order, their durations and dependencies.
+
+    Read from the one dependency table; transfers are left out (they only add waits, so every
+    path below stays a lower bound). ``duration`` and ``lag`` map to other units (a solver
+    model's); by default the problem's.
+    """
+    duration = duration or problem.duration
+    lag = lag or (lambda x: x)
+    table = dependency_table(problem, problem.kinds)
+    order = sorted(table, key=lambda key: depth(problem, *key))
+    durations = {key: duration(*key) for key in order}
+    deps = {key: [(d.kind, d.stage, lag(d.lag)) for d in table[key] if not d.optional] for key in order}
+    return order, durations, deps
+
+
+def _longest_from(problem: Problem, source: tuple[OpKind, int] | None, duration: Durations | None = None,
+                  lag: Callable[[float], float] | None = None) -> dict:
+    """Earliest start of every compute op of one microbatch relative to the start of ``source``
+    (None: from time 0, every op reachable); ops that do not follow ``source`` are absent."""
+    order, duration, deps = _one_microbatch(problem, duration, lag)
+    start: dict = {}
+    for key in order:
+        if key == source or (source is None and not deps[key]):
+            start[key] = max([0.0] + [start[(k, s)] + duration[(k, s)] + lag
+                                      for k, s, lag in deps[key] if (k, s) in start])
+            continue
+        reached = [start[(k, s)] + duration[(k, s)] + lag for k, s, lag in deps[key] if (k, s) in start]
+        if reached:
+            start[key] = max(reached)
+    return start
+
+
+def _tails(problem: Problem, duration: Durations | None = None, lag: Callable[[float], float] | None = None) -> dict:
+    """For every compute op of one microbatch, the least time that must pass after it ends."""
+    order, duration, deps = _one_microbatch(problem, duration, lag)
+    tail = {key: 0.0 for key in order}
+    for key in reversed(order):
+        for k, s, lag in deps[key]:
+            tail[(k, s)] = max(tail[(k, s)], lag + duration[key] + tail[key])
+    return tail
+
+
+def heads_and_tails(problem: Problem, duration: Durations | None = None,
+                    lag: Callable[[float], float] | None = None) -> tuple[dict, dict]:
+    """Per (kind, stage) of the compute ops of one microbatch: the earliest start from the
+    microbatch's first op, and the least time that must pass after it ends (``duration`` and
+    ``lag`` as in :func:`_one_microbatch`)."""
+    return _longest_from(problem, None, duration, lag), _tails(problem, duration, lag)
+
+
+@dataclass(frozen=True)
+class _Chains:
+    """Per stage, from one microbatch's dependency chains (latencies included): the earliest start
+    of F(s, j) and of B(s, j), and the least time that must pass after F(s, j) and after B(s, j) end."""
+
+    f_head: tuple[float, ...]
+    b_head: tuple[float, ...]
+    f_tail: tuple[float, ...]
+    b_tail: tuple[float, ...]
+
+
+def _chains(problem: Problem, heads: dict, tails: dict) -> _Chains:
+    S = range(problem.num_stages)
+    return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(heads[(OpKind.B, s)] for s in S),
+                   tuple(tails[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
+
+
+def critical_path(problem: Problem, heads: dict | None = None, tails: dict | None = None) -> float:
+    """One microbatch forward through every stage and backward to the first, with p2p latency
+    (``heads`` and ``tails`` from :func:`heads_and_tails` when the caller has them)."""
+    if heads is None or tails is None:
+        heads, tails = heads_and_tails(problem)
+    return max(heads[key] + problem.duration(*key) + tails[key] for key in heads)
+
+
+def device_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """Head + load + tail of one device.
+
+    Two valid bounds, the larger is kept: (a) the earliest start of any of its
+    ops, plus all its compute, plus what must follow its last op (with split
+    backward a W can be last, so nothing); (b) with split backward, the same
+    for its F and B ops alone, after which the W of that B and the backward
+    chain below it still have to run.
+    """
+    stages = problem.stages_of_device[device]
+    if not stages:
+        return 0.0
+    heads, tails = chains.f_head, chains.b_tail
+    head = min(heads[s] for s in stages)
+    m = problem.microbatches
+    load = problem.device_load(device)
+    if not problem.split_backward:
+        return head + load + min(tails[s] for s in stages)
+    fb_load = m * sum(problem.forward[s] + problem.backward_input[s] for s in stages)
+    after_last_b = min(tails[s] for s in stages)
+    return max(head + load, head + fb_load + after_last_b)
+
+
+def _lifetime(problem: Problem, stage: int) -> float:
+    """Least time from F(s, j) starting to B(s, j) ending: the round trip to the last stage and back."""
+    after = _longest_from(problem, (OpKind.F, stage))
+    return after[(OpKind.B, stage)] + problem.duration(OpKind.B, stage)
+
+
+def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """A makespan bound from the memory cap of ``device`` (0 when it is unbounded): the larger of
+    the round trips in flight (below) and memory x time (:func:`memory_time_bound`).
+
+    Microbatch j keeps at least ``least_held(s)`` of stage s on the device over
+    [start of F(s, j), end of B(s, j)) (its activation less the offloadable share,
+    or its checkpoint when recomputed; an R only lengthens it), an interval of at least
+    the round-trip time L_s. A cap C lets at most q = floor(C / kept) of these
+    half-open intervals overlap. Intervals that overlap at most q at a time split
+    into q chains of disjoint ones, so one chain holds ceil(m / q) of them:
+    makespan >= (earliest F(s)) + ceil(m / q) * L_s + (what must follow B(s, j)).
+    """
+    cap = problem.capacity[device]
+    if cap is None:
+        return 0.0
+    heads, tails = chains.f_head, chains.b_tail
+    m, best = problem.microbatches, 0.0
+    for s in problem.stages_of_device[device]:
+        kept = least_held(problem, s)
+        if kept <= 0:
+            continue
+        q = max(1, math.floor(cap / kept + 1e-9))
+        if q >= m:
+            continue
+        best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + tails[s])
+    return max(best, memory_time_bound(problem, device, chains))
+
+
+def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """head + (least memory x time the device's microbatches need) / cap.
+
+    From its first F on, a device holds at most the cap, so the integral of its memory over
+    [head, makespan] is at most cap * (makespan - head). (s, j) with x of its activation a sent to
+    host (0 <= x <= the offloadable share) holds a - x over [S(F), E(B)), of length l >= L_s (the
+    round trip); x over [S(F), E(OFFLOAD)) and [S(RELOAD), E(B)), together at least
+    F + B + x tau with tau = 1/d2h + 1/h2d (so l >= that too); and the weight hold over
+    [E(B), E(W)), at least W long. Its area is at least
+    g(x) = (a - x) max(L, F + B + x tau) + x (F + B + x tau) + hold W, smallest at
+    x = min(share, (L - F - B) / (2 tau)) (g is a convex parabola up to where F + B + x tau = L,
+    and grows after it). Where (s, j) may be recomputed instead (rule 10: not both), its area is the
+    lesser of g's least and ``recomputed_area`` (the R's time is left out here; it counts in
+    ``ppsolve.bounds.recompute``).
+    """
+    cap = problem.capacity[device]
+    stages = problem.stages_of_device[device]
+    if cap is None or cap <= 0 or not stages:
+        return 0.0
+    tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
+    area = 0.0
+    for s in stages:
+        fb = problem.duration(OpKind.F, s) + problem.duration(OpKind.B, s)
+        # every path from F(0) to B(s) runs through F(s): the round trip is B's earliest end less F's start
+        trip = chains.b_head[s] + problem.duration(OpKind.B, s) - chains.f_head[s]
+        a, share = problem.activation[s], problem.max_offload(s)
+        x = 0.0 if tau <= 0 else min(share, max(0.0, trip - fb) / (2 * tau))
+        kept_area = a * trip - x * (trip - fb) + tau * x * x
+        if problem.recompute is not None:
+            kept_area = min(kept_area, recomputed_area(problem, s, trip))
+        area += kept_area
+        if problem.split_backward:
+            area += problem.weight_hold[s] * problem.duration(OpKind.W, s)
+    return min(chains.f_head[s] for s in stages) + problem.microbatches * area / cap
+
+
+@dataclass(frozen=True)
+class _DeviceData:
+    """One device's stages with the figures the idle bound needs (per stage, in stage order)."""
+
+    F: tuple[float, ...]
+    BW: tuple[float, ...]  # B + W (fused: B)
+    W: tuple[float, ...]  # 0 when fused
+    hold: tuple[float, ...]  # held from B's end to W's end (0 when fused)
+    offload: tuple[float, ...]  # the most of one activation that may go to host
+    kept: tuple[float, ...]  # the least one activation holds from F's start to B's end (least_held)
+    first: tuple[float, ...]  # the least F allocates at its start (forward_allocates)
+
+
+def _device_data(problem: Problem, stages: tuple[int, ...], recompute: bool = True) -> _DeviceData:
+    """The figures of ``stages``; ``recompute`` False: as if no forward were recomputed."""
+    split = problem.split_backward
+    return _DeviceData(
+        tuple(problem.duration(OpKind.F, s) for s in stages),
+        tuple(problem.duration(OpKind.B, s) + (problem.duration(OpKind.W, s) if split else 0.0) for s in stages),
+        tuple(problem.duration(OpKind.W, s) if split else 0.0 for s in stages),
+        tuple(problem.weight_hold[s] if split else 0.0 for s in stages),
+        tuple(problem.max_offload(s) for s in stages),
+        tuple(least_held(problem, s, recompute=recompute) for s in stages),
+        tuple(forward_allocates(problem, s) if recompute else problem.activation[s] for s in stages))
+
+
+def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
+    """Load of ``device`` plus the idle time it cannot avoid before its first B and after its last F.
+
+    Before its first B starts (at t_B >= the earliest B start EB) a device runs only forwards, and
+    each of them still holds its activation (less what went to host) when the last one starts.
+    After its last F ends (at t*) it runs only B and W of microbatches it still holds at t* (B to
+    run: the activation less what is on host; W alone: the weight hold). So:
+
+    - memory: the forwards before t_B, and the B and W after t*, fit the cap as a knapsack
+      (``ppsolve.bounds.idle.most_work``): idle before t_B >= t_B - that work; idle after t* >= the least
+      tail after an F - that work. Before t_B, k forwards of one stage end no sooner than its
+      earliest F start plus k of them, so t_B also limits how many of each stage can be there
+      (``_forwards_before_first_b``);
+    - host link: past the cap, activation must leave for host before the next forward may start,
+      and each share leaves only after its forward ends, at d2h over one lane; read backwards in
+      time, the last B's need their shares back, at h2d, before they start
+      (``ppsolve.bounds.idle.least_starts``).
+
+    When the cap cannot hold every forward at once, the first B starts before the last F ends and
+    the two idle spans add up; otherwise only the larger counts.
+
+    Recompute (contract v3): a recomputed forward holds only keep[s] (``least_held``,
+    ``forward_allocates``), and an R is no F, B or W: with W_FBW the device's F, B and W time and
+    c1, c2 the compute inside [0, t_B] and [t*, T], T >= W_FBW + (all R) + (t_B - c1) + (tail - c2),
+    and the R time inside the two spans is at most all R, so T >= W_FBW + (t_B - c1') + (tail - c2')
+    with c1', c2' their F, B and W time alone: the bound below, with the lesser weights. The host-link
+    part counts only the checkpoint as held (the rest may come back by R rather than by the link).
+    And where no R is shorter than its F (R defaults to F), the idle before t_B as if nothing were
+    recomputed counts alone too. Split the forwards before t_B into Q, recomputed with R at or after
+    t_B, and K, the others (not recomputed, or with R before t_B). T >= W_FBW + (all R) + t_B
+    - (F of K and Q) - (R before t_B) >= W_FBW + t_B - (F of K) + (R of Q - F of Q), the last term
+    >= 0. Take for an item of K its F's start (not recomputed) or its R's start: from then on it
+    holds its activation less what went to host, and these events are at least a forward apart
+    (R >= F), each share leaving only after its op ends: the knapsack and ``least_starts`` above
+    hold for K as they do without recompute (Q's checkpoints only add memory).
+    """
+    stages = problem.stages_of_device[device]
+    if not stages:
+        return 0.0
+    x, m, cap = _device_data(problem, stages), problem.microbatches, problem.capacity[device]
+    head = min(chains.f_head[s] for s in stages)
+    first_b = min(chains.b_head[s] for s in stages)
+    f_tail = min(chains.f_tail[s] for s in stages)
+    all_f, all_bw = m * sum(x.F), m * sum(x.BW)
+    load = problem.device_load(device)
+    if cap is None:
+        return load + max(head, first_b - all_f, f_tail - all_bw)
+    link = problem.offload if problem.can_offload else None
+    heads = [chains.f_head[s] for s in stages]
+    d2h = link.d2h if link else 0.0
+    front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
+    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
+                                  for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
+    b_tail = min(chains.b_tail[s] for s in stages)
+    after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
+    bound = load + (before + after if front < all_f - 1e-9 else max(before, after))
+    if problem.recompute is not None and all(problem.duration(OpKind.R, s) >= f for s, f in zip(stages, x.F)):
+        whole = _device_data(problem, stages, recompute=False)
+        bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+    return bound
+
+
+def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,
+                 d2h: float) -> tuple[float, float]:
+    """(the most forward work the cap lets run before t_B, the least idle before t_B)."""
+    # Forwards before t_B: the last one holds at least what its F allocated (none of it on host yet).
+    budget = cap - min(a - k for a, k in zip(x.first, x.kept))
+    front = min(m * sum(x.F), most_work([Group(m, ((k, f),)) for k, f in zip(x.kept, x.F)], budget))
+    timed = _forwards_before_first_b(x, heads, m, list(x.kept), budget, first_b)
+    return front, max(head, timed, _before_first_b(x, m, cap, head, first_b, d2h))
+
+
+def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: list[float], budget: float,
+                             first_b: float) -> float:
+    """Least idle before t_B (over t_B >= EB): t_B less the most forward work that can run before it.
+
+    That work fits the cap (each forward still holds its kept share at t_B) and, per stage, counts
+    at most the forwards that can end by t_B: the k-th of a stage ends no sooner than its earliest F
+    start + k F. ``t_B - work`` only rises between the times where one more forward fits, so the
+    least is at EB or at one of those times (tried while one more could still fit the cap).
+    """
+    def ended(t: float, h: float, f: float) -> int:  # forwards of a stage that can have ended by t
+        return m if f <= 0 else max(0, min(m, math.floor((t - h) / f + 1e-9)))
+
+    def most_before(t: float) -> float:
+        return most_work([Group(ended(t, h, f), ((k, f),)) for h, f, k in zip(heads, x.F, kept)], budget)
+
+    times = {first_b}
+    for h, f, k in zip(heads, x.F, kept):
+        fits = 0 if f <= 0 else m if k <= 0 else min(m, math.floor(budget / k + 1e-9) + 1)
+        times.update(t for t in (h + n * f for n in range(1, fits + 1)) if t > first_b)
+    return min(t - most_before(t) for t in times)
+
+
+def _before_first_b(x: _DeviceData, m: int, cap: float, head: float, first_b: float, d2h: float) -> float:
+    """Least idle before t_B: with f forwards before it, t_B >= max(EB, start of the f-th + F)."""
+    n, f_min, f_max = m * len(x.F), min(x.F), max(x.F)
+    starts = least_starts(head, f_min, min(x.first), max(x.offload), cap, d2h, n)
+    return min([first_b] + [max(first_b, t + f_min) - f * f_max for f, t in enumerate(starts, 1)])
+
+
+def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: float, h2d: float) -> float:
+    """Least idle after t*, read backwards from the makespan: with b B's after t* (the last b), the
+    b-th from the end starts at least ``least_starts`` after it (reversed), so the span after t* is
+    at least that plus a B (and at least the tail after an F); the work is b B's and W's and the
+    W's whose weight holds fit beside them at t*."""
+    n, b_min = m * len(x.F), min(x.BW[i] - x.W[i] for i in range(len(x.F)))
+    kept, hold, w_max = min(x.kept), min(x.hold), max(x.W)
+    ends = least_starts(b_tail, b_min, min(x.first), max(x.offload), cap, h2d, n)
+    best = math.inf
+    for b, t in enumerate(ends, 1):
+        if b * kept > cap + 1e-9:
+            break
+        pending = n - b if hold <= 0 else min(n - b, math.floor((cap - b * kept) / hold + 1e-9))
+        best = min(best, max(f_tail, t + b_min) - b * max(x.BW) - pending * w_max)
+    return max(0.0, best)
+
+
+def makespan_lower_bound(problem: Problem) -> MakespanBound:
+    """No valid schedule of ``problem`` is shorter than ``.value``."""
+    heads, tails = heads_and_tails(problem)  # one microbatch's chains, shared by every figure below
+    chains = _chains(problem, heads, tails)
+    devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
+    memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
+    idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
+    starts = admission_starts(problem, heads)
+    admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
+    path = critical_path(problem, heads, tails)
+    sequence = sequence_bounds(problem, *_one_microbatch(problem))
+    forced = [forced_recompute(problem, d, chains.f_head, chains.b_head, devices[d]) for d in range(problem.devices)]
+    recompute = tuple(f.bound for f in forced)
+    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0),
+                             max(recompute), path),
+                         devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced))
+
+
+def min_capacity(problem: Problem, offload: bool = False, recompute: bool = False) -> list[float]:
+    """Per device, the least capacity for which some schedule exists (``offload``, ``recompute``:
+    with those levers, where the problem has them).
+
+    While F(s, j) runs, and while R(s, j) runs when it is recomputed (its activation is whole
+    again from R's start), every stage of the same device below s still holds microbatch j's
+    activation (its B comes after B(s, j)), less what was offloaded, or only its checkpoint when
+    recomputed (``least_held``): the need is ``activation[s]`` plus the least kept share of the
+    stages below. It is reached by one microbatch in flight with W right after B, each forward
+    waiting for the offloads before it (contract v2), each reload after the B above it, each R
+    right before its B.
+    """
+
+    need = []
+    for stages in problem.stages_of_device:
+        below, worst = 0.0, 0.0
+        for s in stages:
+            worst = max(worst, below + problem.activation[s])
+            below += least_held(problem, s, offload, recompute)
+        need.append(worst)
+    return need
+
+
+def capacity_shortfalls(problem: Problem) -> list[tuple[int, float, float]]:
+    """(device, least capacity that could work, capacity) for each device whose cap is too small."""
+    need = min_capacity(problem, offload=problem.can_offload, recompute=problem.can_recompute)
+    return [(d, need[d], cap) for d, cap in enumerate(problem.capacity) if cap is not None and need[d] > cap + 1e-12]
+
+
+def require_feasible_capacity(problem: Problem) -> None:
+    """Raise InfeasibleError naming the least capacity that could work."""
+    short = capacity_shortfalls(problem)
+    if not short:
+        return
+    # One line however many devices: the first device that is short, and how many others are.
+    device, need, cap = short[0]
+    stages = ", ".join(str(s) for s in problem.stages_of_device[device])
+    text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
+    levers = " or ".join(name for name, able in (("offload", problem.can_offload),
+                                                 ("recompute", problem.can_recompute)) if able)
+    text += f"; {min_capacity(problem)[device]:g} without {levers})" if levers else ")"
+    others = f"; {len(short) - 1} other device(s) too (ppsolve bound lists them)" if len(short) > 1 else ""
+    raise InfeasibleError(f"infeasible memory capacity: {text}, capacity is {cap:g}{others}")

@@ -1,0 +1,2 @@
+"""Studies built on the methods: the benchmark table (``bench``), the capacity frontier (``frontier``)
+and the advice a solve prints (``advice``)."""

@@ -1,0 +1,181 @@
+"""Warm starts come from the method registry (family "baseline") when baselines are installed."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from ppsolve import methods
+from ppsolve.checker import check
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError
+from ppsolve.methods import Method
+from ppsolve.schedule import Schedule, make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.ops import OpKind
+from ppsolve.problem import load_problem
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
+from tests.helpers import make_problem
+from tests.helpers import ROOT
+
+
+def _fake(name, build, why_not=lambda p: None):
+    return Method(name=name, family="baseline", description="test double", requirements="-",
+                  why_not=why_not, build=build)
+
+
+@pytest.fixture
+def fake_baselines(monkeypatch):
+    problem = make_problem(devices=3, microbatches=4, memory_capacity=2)
+    good = make_schedule(problem, simulate(problem, list_plan(problem)), "fake-good")
+
+    def too_big(p, o):  # ignores the capacity: must be rejected by the checker
+        free = p.replace(capacity=None)
+        ops = simulate(free, [[op for op in order] for order in list_plan(free, "FBW")])
+        return make_schedule(p, ops, "fake-too-big")
+
+    def broken(p, o):
+        raise PpsolveError("cannot")
+
+    for method in (_fake("fake-good", lambda p, o: good), _fake("fake-too-big", too_big),
+                   _fake("fake-broken", broken), _fake("fake-na", broken, why_not=lambda p: "never applies")):
+        monkeypatch.setitem(methods._REGISTRY, method.name, method)
+    return problem, good
+
+
+def test_auto_keeps_the_best_acceptable_baseline(fake_baselines):
+    problem, good = fake_baselines
+    warm = best_warm_start(problem, "auto")
+    assert check(warm).ok
+    assert warm.makespan <= good.makespan
+    assert not check(methods.get_method("fake-too-big").run(problem)).ok
+
+
+def test_named_warm_start(fake_baselines):
+    problem, good = fake_baselines
+    assert best_warm_start(problem, "fake-good").method.name == "fake-good"
+    with pytest.raises(NotApplicableError):
+        best_warm_start(problem, "no-such-method")
+    with pytest.raises(PpsolveError):
+        best_warm_start(problem, "fake-na")
+    result = solve(problem, SolveOptions(time_limit=5, warm_start="fake-good"))
+    assert check(result.schedule).ok and result.schedule.makespan <= good.makespan
+
+
+def test_own_warm_start_without_baselines():
+    # Serial orders always fit the least capacity: a warm start exists even with no baseline installed.
+    problem = make_problem(devices=3, microbatches=3, chunks=2, placement="vshape", memory_capacity=2)
+    warm = best_warm_start(problem, "auto")
+    assert warm is not None and check(warm).ok
+    serial = make_schedule(problem, simulate(problem, serial_orders(problem)), "serial")
+    assert warm.makespan <= serial.makespan
+    assert best_warm_start(problem, "none") is None
+
+
+def test_a_counted_warm_start_tries_only_methods_that_apply():
+    # --threads 1 gives the warm start a number of tries fixed by the problem's size. Methods that do
+    # not apply (the linear ones, on a V-shape) must not use them up: with six tries, a V-shape
+    # problem still gets its V-shape schedules, not the serial plan (3650 against 995 before).
+    problem = make_problem(devices=8, microbatches=32, chunks=2, placement="vshape")
+    applicable = [m for m in methods.all_methods("baseline") if m.why_not(problem) is None]
+    assert len(applicable) < len(methods.all_methods("baseline"))
+    unlimited = best_warm_start(problem, "auto")
+    counted = best_warm_start(problem, "auto", max_tries=6)
+    assert counted.makespan == unlimited.makespan
+    assert not counted.method.name.startswith("warm:serial")
+
+
+def _realistic_like(devices, microbatches, chunks, backward, capacity, bandwidth, placement="interleaved"):
+    # the shape of the Llama-8B-like case scaled to F = 1: a heavier last stage whose logits are not
+    # recomputed (keep 4.2 of 7.4), 0.25 kept of 4.5 elsewhere, an offload link of 0.8 to 20 per unit time
+    S = devices * chunks
+    heavy = [1.0] * (S - 1) + [1.2]
+    return make_problem(devices=devices, microbatches=microbatches, chunks=chunks,
+                        placement="linear" if chunks == 1 else placement, backward=backward,
+                        time_forward=heavy, time_backward_input=[1.25 * h for h in heavy],
+                        time_backward_weight=[0.75 * h for h in heavy], time_p2p=0.004,
+                        memory_activation=[4.5] * (S - 1) + [7.4], memory_weight_hold=[4.2] * (S - 1) + [3.2],
+                        memory_capacity=capacity, offload={"bandwidth": {"d2h": bandwidth, "h2d": bandwidth}},
+                        recompute={"keep": [0.25] * (S - 1) + [4.2]})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_with_both_levers_the_warm_start_is_never_worse_than_either_alone(seed):
+    # The frontier guarantee: with offload and recompute, the warm start (hence the solve) is at most
+    # the better of the warm starts with offload only and with recompute only, at any cap.
+    rng = random.Random(seed)
+    devices, chunks = rng.choice([2, 3, 4]), rng.choice([1, 1, 2])
+    capacity = round(rng.uniform(8, 0.8 * devices * chunks * 4.5 + 4), 2)
+    problem = _realistic_like(devices, rng.choice([4, 6, 8]), chunks, rng.choice(["split", "fused"]), capacity,
+                              rng.choice([0.8, 4, 20]), rng.choice(["interleaved", "vshape"]))
+    both = best_warm_start(problem)
+    offload_only = best_warm_start(problem.replace(recompute=None))
+    recompute_only = best_warm_start(problem.replace(offload=None))
+    assert check(both).ok
+    singles = [s.makespan for s in (offload_only, recompute_only) if s is not None]
+    assert singles and both.makespan <= min(singles) + 1e-9
+
+
+def test_recompute_fits_the_cap_where_1f1b_does_not_without_slowing_it():
+    # 1F1B holds d - i activations on device i; at a cap of 3 activations the first three devices
+    # recompute some of their microbatches in the wait for the backwards, and 1F1B's makespan stays,
+    # well below the best plan without recompute (no offload link)
+    problem = _realistic_like(6, 12, 1, "split", 3 * 4.5 + 1, 1).replace(offload=None)
+    plain = methods.get_method("1f1b").run(problem.replace(capacity=None))
+    assert max(plain.peak_memory) > 3 * 4.5 + 1
+    warm = best_warm_start(problem)
+    assert check(warm).ok and 0 < warm.recomputed < 3 * problem.microbatches
+    assert warm.makespan <= plain.makespan + 1e-9
+    assert warm.makespan < best_warm_start(problem.replace(recompute=None)).makespan
+
+
+def test_fifo_relabel_renames_whole_microbatches_when_they_recompute():
+    # a recompute belongs to one (stage, microbatch): renaming must move it with its F and B
+    problem = _realistic_like(4, 8, 1, "split", 2 * 4.5 + 1, 1).replace(offload=None)
+    found = best_warm_start(problem)
+    assert found.recomputed > 0
+    m = problem.microbatches  # the same schedule with microbatches named backwards
+    warm = Schedule(problem, found.method, tuple(o._replace(microbatch=m - 1 - o.microbatch) for o in found.ops))
+    assert check(warm).ok
+    relabelled = fifo_relabel(warm)
+    assert check(relabelled).ok
+    assert sorted((o.kind.value, o.stage, o.start, o.end) for o in relabelled.ops) == \
+        sorted((o.kind.value, o.stage, o.start, o.end) for o in warm.ops)
+    firsts = sorted((o.start, o.microbatch) for o in relabelled.ops if o.kind is OpKind.F and o.stage == 0)
+    assert [j for _, j in firsts] == list(range(problem.microbatches))
+
+
+def test_a_single_lever_answer_starts_a_solve_with_both_levers():
+    # what an offload-only or recompute-only run found is valid with both levers: it may start that solve
+    problem = _realistic_like(3, 6, 1, "split", 2 * 4.5 + 1, 1)
+    for single in (problem.replace(offload=None), problem.replace(recompute=None)):
+        found = best_warm_start(single)
+        assert given_warm_start(problem, found).makespan == found.makespan
+    # a lever the schedule uses must be the problem's
+    recomputing = best_warm_start(problem.replace(offload=None))
+    assert recomputing.recomputed > 0
+    with pytest.raises(InputError, match="warm-start.*another problem: recompute"):
+        given_warm_start(problem.replace(recompute=None), recomputing)
+
+
+REALISTIC = sorted((ROOT / "instances" / "realistic").glob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REALISTIC, ids=lambda p: p.stem)
+@pytest.mark.slow
+def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_either(path):
+    # the same guarantee on every problem of instances/realistic/, at its own cap and at the least cap
+    # recompute admits (what a frontier's first point uses)
+    from ppsolve.bounds import min_capacity
+
+    problem = load_problem(path)
+    least = max(min_capacity(problem, offload=True, recompute=True))
+    for capped in (problem, problem.replace(capacity=least)):
+        both = best_warm_start(capped)
+        singles = [s.makespan for s in (best_warm_start(capped.replace(recompute=None)),
+                                        best_warm_start(capped.replace(offload=None))) if s is not None]
+        assert both is not None and check(both).ok
+        assert not singles or both.makespan <= min(singles) + 1e-9
