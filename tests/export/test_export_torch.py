@@ -5,7 +5,6 @@ file for offload and recompute, and the compute_only CSV."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,11 +15,10 @@ from ppsolve.export.torch_levers import side_plan
 from ppsolve.export.torch_replay import parse_rows, replay
 from ppsolve.methods import RunOptions, all_methods, run_method
 from ppsolve.problem import load_problem
-from tests.baseline_problems import make_problem as family_problem
-from tests.executor_helpers import mixed_levers, pipelined_orders
-from tests.helpers import make_problem, one_f_one_b_orders, schedule_from_orders, serial_orders
+from tests.baselines.problems import make_problem as family_problem
+from tests.executor.helpers import mixed_levers, pipelined_orders
+from tests.helpers import ROOT, make_problem, one_f_one_b_orders, schedule_from_orders, serial_orders
 
-ROOT = Path(__file__).resolve().parent.parent
 OFFLOAD = {"bandwidth": {"d2h": 1, "h2d": 1}}
 
 

@@ -9,16 +9,15 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from ppsolve.cli import main  # noqa: E402
-from tests.executor_helpers import mixed_levers, pipelined_orders, problem  # noqa: E402
+from tests.executor.helpers import mixed_levers, pipelined_orders, problem  # noqa: E402
+from tests.helpers import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 180.0  # two ranks importing torch on a loaded 2-core machine
 
 

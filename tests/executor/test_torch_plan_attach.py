@@ -15,7 +15,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime  # n
 
 from ppsolve.executor.torch_plan import attach  # noqa: E402
 from ppsolve.export.torch_csv import plan_path, write  # noqa: E402
-from tests.executor_helpers import mixed_levers, pipelined_orders, problem  # noqa: E402
+from tests.executor.helpers import mixed_levers, pipelined_orders, problem  # noqa: E402
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ the predicted one. One launch per rank count runs all of its schedules."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 pytest.importorskip("torch")
@@ -17,7 +15,7 @@ from ppsolve.executor.api import TOLERANCE, execute_all  # noqa: E402
 from ppsolve.export.torch_csv import to_compute_comms_csv  # noqa: E402
 from ppsolve.export.torch_levers import side_plan  # noqa: E402
 from ppsolve.methods import RunOptions, run_method  # noqa: E402
-from tests.executor_helpers import MODELS, mixed_levers, pipelined_orders, problem  # noqa: E402
+from tests.executor.helpers import MODELS, mixed_levers, pipelined_orders, problem  # noqa: E402
 
 TIMEOUT_S = 120.0  # per schedule: a loaded 2-core machine runs 4 ranks' imports and steps slowly
 
@@ -80,9 +78,5 @@ def test_two_ranks_run_every_kind_of_plan_through_pytorch():
 
 
 @pytest.mark.slow
-def test_four_ranks_run_every_kind_of_plan_through_pytorch(tmp_path):
-    data = json.loads((MODELS / "mlp-tiny.json").read_text())
-    data["layers"] = 8  # 8 stages with 2 chunks per rank
-    model = tmp_path / "mlp-8.json"
-    model.write_text(json.dumps(data))
-    _run_and_assert(_cases(4), model)
+def test_four_ranks_run_every_kind_of_plan_through_pytorch(mlp8):
+    _run_and_assert(_cases(4), mlp8)  # 8 stages with 2 chunks per rank
