@@ -19,7 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="chrome-trace: microseconds per time unit of the problem (default 1000: times are ms)")
     parser.add_argument("--format", choices=("compute_comms", "compute_only"), default=None,
                         help="torch: compute_comms (default: sends and receives placed by ppsolve, and a side file "
-                             "OUT.plan.json for offload and recompute) or compute_only (PyTorch places them)")
+                             "for offload and recompute, s.csv -> s.plan.json) or compute_only (PyTorch places them)")
     return parser
 
 
