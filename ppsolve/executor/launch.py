@@ -47,20 +47,25 @@ def in_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: int,
+def _rank_main(job: Job | list[Job], rank: int, world: int, init_method: str, local_rank: int,
                ready: Path | None = None) -> list | None:
+    jobs = job if isinstance(job, list) else [job]
     torch.set_num_threads(1)
-    device = make_device(job.device, local_rank)
+    device = make_device(jobs[0].device, local_rank)
     dist.init_process_group(device.backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=job.timeout_s), **device.init_options())
+                            timeout=timedelta(seconds=max(j.timeout_s for j in jobs)), **device.init_options())
     if ready is not None:
         ready.touch()
     try:
-        if job.runtime == "torch":
-            from ppsolve.executor.torch_runtime import run_rank_torch
-            result = run_rank_torch(job, rank, device)
-        else:
-            result = run_rank(job, rank, device)
+        results = []
+        for one in jobs:  # several jobs (``api.execute_all``): one after another, all ranks in step
+            if one.runtime == "torch":
+                from ppsolve.executor.torch_runtime import run_rank_torch
+                results.append(run_rank_torch(one, rank, device))
+            else:
+                results.append(run_rank(one, rank, device))
+            dist.barrier()
+        result = results if isinstance(job, list) else results[0]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         dist.barrier()
@@ -69,7 +74,7 @@ def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: in
         dist.destroy_process_group()
 
 
-def _child(job: Job, rank: int, world: int, init_method: str, folder: str) -> None:
+def _child(job: Job | list[Job], rank: int, world: int, init_method: str, folder: str) -> None:
     if hasattr(signal, "SIGUSR1"):  # the parent asks a rank still running where it is
         faulthandler.register(signal.SIGUSR1, file=open(Path(folder) / f"stack-{rank}.txt", "w"), all_threads=True)
     try:
@@ -88,8 +93,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(job: Job, world: int) -> list[RankResult]:
-    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order)."""
+def launch(job: Job | list[Job], world: int) -> list:
+    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order); for a
+    list of jobs, every rank's list of results (one per job)."""
     context = multiprocessing.get_context("spawn")
     init_method = f"tcp://127.0.0.1:{_free_port()}"
     with tempfile.TemporaryDirectory(prefix="ppsolve-run-") as folder:
@@ -97,8 +103,10 @@ def launch(job: Job, world: int) -> list[RankResult]:
                                  name=f"ppsolve-rank-{rank}") for rank in range(world)]
         for proc in procs:
             proc.start()
+        jobs = job if isinstance(job, list) else [job]
+        budget = sum(j.timeout_s * max(1, j.steps) for j in jobs)  # every job, one after another
         started = time.monotonic()
-        deadline = started + STARTUP_S + job.timeout_s  # until every rank has joined
+        deadline = started + STARTUP_S + max(j.timeout_s for j in jobs)  # until every rank has joined
         ready = False
         try:
             while any(p.exitcode is None for p in procs):
@@ -107,7 +115,7 @@ def launch(job: Job, world: int) -> list[RankResult]:
                     raise ExecutionError(_first_failure(folder, failed, procs) + _still_running(folder, procs))
                 if not ready and all((Path(folder) / f"ready-{r}").exists() for r in range(world)):
                     ready = True
-                    deadline = time.monotonic() + job.timeout_s * max(1, job.steps)
+                    deadline = time.monotonic() + budget
                 if time.monotonic() > deadline:
                     waited = time.monotonic() - started
                     what = "" if ready else (
