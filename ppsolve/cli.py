@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except PpsolveError as exc:
-        print(f"ppsolve {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ppsolve {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"ppsolve {args.command}: interrupted", file=sys.stderr)
@@ -75,8 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a file system problem not caught closer to its cause
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"ppsolve {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"ppsolve {args.command}: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (a newline in a field name or a path, a lone
+    surrogate) written as its escape, so that an error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def entry() -> None:

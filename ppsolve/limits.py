@@ -24,6 +24,14 @@ MAX_MAGNITUDE = 1e12
 """The largest absolute value of any number in a file (times, memory, bandwidth, start and end), and of a
 transfer's duration (amount / bandwidth): MAX_OPS ops this long still sum far inside a 64-bit integer,
 the solver's domain."""
+MIN_MAGNITUDE = 1e-12
+"""The smallest absolute value of a non-zero number in a problem: with MAX_MAGNITUDE, every ratio and
+product of two of its numbers stays within 1e-24..1e24, far inside a float's range (5e-324 or 1e-300
+beside 1e12 would overflow a quotient to infinity)."""
+MAX_SCHEDULE_MAGNITUDE = 1e18
+"""The largest absolute value of a number in a schedule file outside its problem (start, end, metrics,
+bounds): 2 * MAX_OPS ops and as many latencies, each at most MAX_MAGNITUDE, end by 4e17, so every
+schedule ppsolve writes for a problem it accepts is one it reads back."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
 
