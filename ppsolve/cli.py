@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import sys
+import time
 from typing import Sequence
 
 from ppsolve import __version__
@@ -61,8 +62,10 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()  # the command's own work starts here: a time limit counts from it
     parser = build_parser()
     args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
+    args.started = started
     try:
         return int(args.handler(args) or 0)
     except PpsolveError as exc:

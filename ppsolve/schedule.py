@@ -73,6 +73,11 @@ class MethodInfo:
         out.update(self.extra)
         return out
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C ended the search that made it (``method.interrupted``; absent: no)."""
+        return self.extra.get("interrupted") is True
+
     @classmethod
     def from_dict(cls, data: dict) -> "MethodInfo":
         known = {"name", "params", "status", "lower_bound", "seconds"}

@@ -153,7 +153,10 @@ class _Run:
 
     def phase(self, phase: Phase, limit: Limit, hint: Schedule | None, horizon: int | None = None,
               makespan_cap: int | None = None, whole_shares: bool = False) -> PhaseAnswer:
-        """Run one phase on the backend; building out of time gives UNKNOWN with a note."""
+        """Run one phase on the backend; building out of time gives UNKNOWN with a note. After Ctrl-C no
+        phase runs (UNKNOWN, interrupted): the best so far is the answer."""
+        if self.interrupted:
+            return PhaseAnswer(Status.UNKNOWN, interrupted=True)
         cut = self.scaling.time(self.lb) if self.scaling.exact else 0
         task = PhaseTask(self.problem, self.scaling, phase, self.options, self.budget, limit, self.progress,
                          horizon, makespan_cap, hint, cut, whole_shares=whole_shares)
@@ -353,8 +356,9 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
     sc = run.scaling
     _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
-    lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
-                                              best, run.budget.search(share))
+    lowered, windows, better, stopped = lower_overhead(run.problem, sc, run.options, run.budget, run.progress,
+                                                       run.backend, best, run.budget.search(share))
+    run.interrupted = run.interrupted or stopped
     run.progress.end_phase()
     run.least_overhead = Status.FEASIBLE.value
     if better:
