@@ -32,6 +32,10 @@ MAX_SCHEDULE_MAGNITUDE = 1e18
 """The largest absolute value of a number in a schedule file outside its problem (start, end, metrics,
 bounds): 2 * MAX_OPS ops and as many latencies, each at most MAX_MAGNITUDE, end by 4e17, so every
 schedule ppsolve writes for a problem it accepts is one it reads back."""
+MAX_TIME_RANGE = 1e9
+"""The longest duration in a problem (an op, the p2p latency, moving a stage's whole offloadable share)
+over its shortest non-zero one: sums of 100 000 ops still resolve the shortest to about 1e-2 of itself
+in 64-bit floats (a reload of 1e-12 beside forwards of 1e12 vanished in them and deadlocked the runtime)."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
 
@@ -58,6 +62,17 @@ def check_transfer_time(amount: float, bandwidth: float, where: str) -> None:
     if amount / bandwidth > MAX_MAGNITUDE:
         raise InputError(where, f"too small: moving {amount:g} would take {amount / bandwidth:.3g}, beyond "
                                 f"ppsolve's limit of {MAX_MAGNITUDE:g} per op")
+
+
+def check_time_range(durations: list[tuple[float, str]], where: str) -> None:
+    """Refuse durations (value, field) whose longest passes MAX_TIME_RANGE times the shortest non-zero one."""
+    present = [(value, name) for value, name in durations if value > 0]
+    if not present:
+        return
+    (short, short_at), (long, long_at) = min(present), max(present)
+    if long > MAX_TIME_RANGE * short:
+        raise InputError(where, f"durations span {short:g} ({short_at}) to {long:g} ({long_at}), beyond ppsolve's "
+                                f"limit of {MAX_TIME_RANGE:g} between the shortest and the longest")
 
 
 def compute_op_count(data: dict) -> int:
