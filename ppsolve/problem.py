@@ -44,10 +44,6 @@ def expand_placement(spec: str | Sequence[int], devices: int, chunks: int, where
     for index, device in enumerate(spec):
         if not 0 <= device < devices:
             raise InputError(f"{where}[{index}]", f"device must be in 0..{devices - 1}, got {device}")
-    idle = sorted(set(range(devices)) - set(spec))
-    if idle:
-        raise InputError(where, f"device {idle[0]} holds no stage ({len(idle)} device(s) without one); "
-                                f"every device needs at least one")
     return tuple(int(d) for d in spec)
 
 
