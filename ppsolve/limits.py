@@ -36,6 +36,9 @@ MAX_TIME_RANGE = 1e9
 """The longest duration in a problem (an op, the p2p latency, moving a stage's whole offloadable share)
 over its shortest non-zero one: sums of 100 000 ops still resolve the shortest to about 1e-2 of itself
 in 64-bit floats (a reload of 1e-12 beside forwards of 1e12 vanished in them and deadlocked the runtime)."""
+MAX_SECONDS = 1e9
+"""The longest time limit a command takes (``--time-limit``, ``--split``), in seconds (31 years): a limit
+is written into the schedule file, so it stays a number ppsolve reads back."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
 
@@ -73,6 +76,12 @@ def check_time_range(durations: list[tuple[float, str]], where: str) -> None:
     if long > MAX_TIME_RANGE * short:
         raise InputError(where, f"durations span {short:g} ({short_at}) to {long:g} ({long_at}), beyond ppsolve's "
                                 f"limit of {MAX_TIME_RANGE:g} between the shortest and the longest")
+
+
+def check_seconds(value: float, where: str) -> None:
+    """Refuse a time limit that is not > 0 and at most MAX_SECONDS (NaN included)."""
+    if not 0 < value <= MAX_SECONDS:
+        raise InputError(where, f"must be > 0 seconds and at most {MAX_SECONDS:g}, got {value:g}")
 
 
 def compute_op_count(data: dict) -> int:

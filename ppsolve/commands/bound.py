@@ -9,6 +9,7 @@ import time
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import InputError
+from ppsolve.limits import check_seconds
 from ppsolve.problem import load_problem
 
 
@@ -62,8 +63,8 @@ def _progress(began: float):
 
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
-    if args.split is not None and not args.split > 0:
-        raise InputError("split", f"must be > 0 seconds, got {args.split:g}")
+    if args.split is not None:
+        check_seconds(args.split, "split")
     if args.threads is not None and args.threads < 1:
         raise InputError("threads", f"must be >= 1, got {args.threads}")
     require_feasible_capacity(problem)  # as solve: exit 3, one line naming the least capacity that could work

@@ -34,7 +34,7 @@ from types import ModuleType
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
-from ppsolve.limits import MAX_SCHEDULE_MAGNITUDE
+from ppsolve.limits import MAX_SCHEDULE_MAGNITUDE, check_seconds
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
@@ -405,8 +405,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after)
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
-    if not options.time_limit > 0:
-        raise InputError("time-limit", f"must be > 0 seconds, got {options.time_limit:g}")
+    check_seconds(options.time_limit, "time-limit")
     if options.makespan_limit is not None:
         _parse_makespan_limit(options.makespan_limit)  # bad input is answered before any work
     backend = load_backend(options.solver)

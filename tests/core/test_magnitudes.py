@@ -141,3 +141,17 @@ def test_a_huge_makespan_limit_within_range_constrains_nothing(tmp_path, capsys)
                  "--makespan-limit", "1e18x", "--time-limit", "3", "--quiet"]) == 0
     assert check(load_schedule(out)).ok
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [
+    ["solve", "instances/example.json", "-o", "{tmp}/s.json", "--time-limit", "1e308"],
+    ["solve", "instances/example.json", "-o", "{tmp}/s.json", "--time-limit", "nan"],
+    ["bench", "instances/example.json", "--time-limit", "1e10", "--out", "{tmp}/bench"],
+    ["frontier", "instances/example.json", "--time-limit", "inf", "-o", "{tmp}/f.png"],
+    ["bound", "instances/example.json", "--split", "1e308"],
+])
+def test_a_time_limit_ppsolve_could_not_write_back_is_one_error(tmp_path, capsys, argv):
+    """A solve's time limit goes into its file (method.params): 1e308 made a schedule check refused."""
+    argv = [str(ROOT / a) if a.startswith("instances/") else a.replace("{tmp}", str(tmp_path)) for a in argv]
+    err = _one_error(capsys, main(argv))
+    assert "must be > 0 seconds and at most 1e+09" in err
