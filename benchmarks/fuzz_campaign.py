@@ -146,7 +146,8 @@ def change_problem(rng: random.Random, data: dict) -> str:
     elif kind == "odd_key":
         target = rng.choice([data, time_, memory])
         target[rng.choice(["fo\nrward", "x\r", "capac\x00ity", "$", "\ud800", "forwrd"])] = 1
-    elif kind == "empty_device" and data.get("devices", 1) >= 2:
+    elif kind == "empty_device" and isinstance(data.get("devices"), int) and 2 <= data["devices"] <= 64 \
+            and isinstance(data.get("chunks", 1), int) and 1 <= data.get("chunks", 1) <= 8:
         d, v = data["devices"], data.get("chunks", 1)
         data["placement"] = [1 + s % (d - 1) for s in range(d * v)]
     elif kind == "zero_times":
@@ -506,6 +507,7 @@ def main_campaign() -> int:
     parser.add_argument("--list-failures", action="store_true", help="print each failure as it happens")
     parser.add_argument("--verbose", action="store_true", help="print every run's outcome")
     args = parser.parse_args()
+    resource.setrlimit(resource.RLIMIT_AS, (2 * MEMORY_LIMIT, 2 * MEMORY_LIMIT))  # the generator itself
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ppsolve-fuzz-") as folder:
         campaign = Campaign(Path(folder), args.seed, args.list_failures, args.verbose)

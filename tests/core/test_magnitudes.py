@@ -155,3 +155,14 @@ def test_a_time_limit_ppsolve_could_not_write_back_is_one_error(tmp_path, capsys
     argv = [str(ROOT / a) if a.startswith("instances/") else a.replace("{tmp}", str(tmp_path)) for a in argv]
     err = _one_error(capsys, main(argv))
     assert "must be > 0 seconds and at most 1e+09" in err
+
+
+def test_ignore_capacity_below_one_activation_writes_a_finite_bound(tmp_path, capsys):
+    """No schedule fits such a cap, so its bound is infinite: the file takes the bound without the cap."""
+    path = _write(tmp_path, problem_dict(devices=1, microbatches=2, memory_capacity=0.5))
+    out = tmp_path / "s.json"
+    assert main(["baseline", str(path), "-m", "1f1b", "-o", str(out), "--ignore-capacity"]) == 0
+    method = json.loads(out.read_text())["method"]
+    assert method["lower_bound"] == 6  # two microbatches of F, B, W of 1 each on one device
+    assert {v.rule for v in check(load_schedule(out)).violations} <= {"memory", "retime"}
+    capsys.readouterr()
