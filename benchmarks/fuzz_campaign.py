@@ -263,9 +263,13 @@ class Campaign:
         out_path, err_path = self.path("out.txt"), self.path("err.txt")
         started = time.monotonic()
         pid = os.fork()
-        if pid == 0:  # the child
-            code = _child(argv, writes, report, out_path, err_path)
-            os._exit(code)
+        if pid == 0:  # the child: never returns into the campaign's loop
+            try:
+                _child(argv, writes, report, out_path, err_path)
+            except BaseException:  # noqa: BLE001 - the harness itself failed: say so in the report
+                Path(str(report) + ".harness").write_text(traceback.format_exc())
+            finally:
+                os._exit(0)
         deadline = started + limit + GRACE
         status, usage, killed = 0, None, False
         while True:
@@ -283,6 +287,9 @@ class Campaign:
         rss = usage.ru_maxrss * 1024 if usage else 0
         self.peak_rss = max(self.peak_rss, rss)
         result = json.loads(report.read_text()) if report.exists() else {}
+        harness = Path(str(report) + ".harness")
+        if harness.exists():
+            print("harness error:", harness.read_text()[-800:], file=sys.stderr)
         err = err_path.read_text(errors="replace") if err_path.exists() else ""
         outcome = self.outcomes[command]
         problems = []
@@ -323,7 +330,7 @@ class Campaign:
     def problem_input(self) -> tuple[Path, str]:
         rng = self.rng
         data = random_problem(rng) if rng.random() < 0.6 else json.loads((ROOT / rng.choice(INSTANCES)).read_text())
-        changes = [_safely(change_problem, rng, data) for _ in range(rng.choice([0, 0, 1, 1, 2, 3]))]
+        changes = [_safely(change_problem, rng, data) for _ in range(rng.choice([0, 0, 0, 1, 1, 2, 3]))]
         return self.write(data), "+".join(changes) or "as generated"
 
     def schedule_input(self) -> tuple[Path, str]:
@@ -424,30 +431,35 @@ class Campaign:
     def problem_command(self) -> None:
         rng = self.rng
         model = json.loads((ROOT / rng.choice(MODELS)).read_text())
-        if rng.random() < 0.3:
+        valid = rng.random() < 0.6  # else odd numbers, fields and options
+        if not valid and rng.random() < 0.5:
             numbers = [p for p in _numbers(model) if p]
             if numbers:
                 _set(model, rng.choice(numbers), rng.choice(TINY + HUGE + [0, -1, math.nan]))
-        if rng.random() < 0.1:
+        if not valid and rng.random() < 0.2:
             model[rng.choice(["na\nme", "$", "hidden_"])] = 1
         model_path = self.write(model, "model.json")
-        argv = ["problem", str(model_path), "--devices", rng.choice(["2", "4", "4", "3", "8", "0", "100000"]),
-                "--microbatches", rng.choice(["4", "8", "8", "16", "1", "-1", "10000000"]), "-o", self.output("json")]
+        argv = ["problem", str(model_path), "--devices", rng.choice(["2", "4", "4", "3", "8"] + ([] if valid else
+                                                                                                 ["0", "100000"])),
+                "--microbatches", rng.choice(["4", "8", "8", "16", "1"] + ([] if valid else ["-1", "10000000"])),
+                "-o", self.output("json") if not valid else str(self.path("out.json"))]
         if rng.random() < 0.5:
-            hardware = {"gpu": rng.choice(["H100", "A100", "H200", "nope"])}
+            hardware = {"gpu": rng.choice(["H100", "A100", "H200"] + ([] if valid else ["nope"]))}
             for field in rng.sample(["host_link_gbps", "tflops", "hbm_gib", "nvlink_gbps", "p2p_latency_ms"],
                                     rng.randint(0, 2)):
-                hardware[field] = rng.choice(TINY + HUGE + [1, 0, -1])
+                hardware[field] = rng.choice([1, 10, 100] if valid else TINY + HUGE + [1, 0, -1])
             argv += ["--hardware", str(self.write(hardware, "hw.json"))]
         else:
-            argv += ["--gpu", rng.choice(["H100", "A100", "h200", "GH200", "nope"])]
-        argv += rng.choice([[], ["--offload"], ["--recompute", "decide"], ["--capacity", rng.choice(["none", "0.001",
-                                                                                                    "1e308", "-1"])],
-                            ["--chunks", "2", "--placement", "vshape"], ["--partition", "auto"]])
-        self.run(argv, limit=10.0)
+            argv += ["--gpu", rng.choice(["H100", "A100", "h200", "GH200"] + ([] if valid else ["nope"]))]
+        argv += rng.choice([[], ["--offload"], ["--recompute", "decide"],
+                            ["--capacity", rng.choice(["none", "40"] if valid else ["0.001", "1e308", "-1"])],
+                            ["--chunks", "2", "--placement", "vshape"],
+                            ["--partition", "auto", "--top", "2", "--time-limit", "1"]])
+        limit = 2.0 if "auto" in argv else 0.0  # --top partitions x --time-limit
+        self.run(argv, limit=limit, writes=argv[argv.index("-o") + 1] if valid else None)
 
 
-def _child(argv: list[str], writes: str | None, report: Path, out_path: Path, err_path: Path) -> int:
+def _child(argv: list[str], writes: str | None, report: Path, out_path: Path, err_path: Path) -> None:
     """In the forked child: run ``main(argv)`` with its output in files; report what happened."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     os.setpgrp()
@@ -469,21 +481,23 @@ def _child(argv: list[str], writes: str | None, report: Path, out_path: Path, er
         buffer = io.StringIO()
         sys.stderr = buffer
         try:
-            result["check"] = main(["check", writes])
+            if argv[0] == "problem":  # a problem file: bound reads it (3: the cap is too small for it)
+                result["check"] = 0 if main(["bound", writes]) in (0, 3) else 1
+            else:
+                result["check"] = main(["check", writes])
             if result["check"] == 1 and "--ignore-capacity" in argv:  # asked for: only the cap may break
                 from ppsolve.checker import check
                 from ppsolve.schedule import load_schedule
 
-                report = check(load_schedule(writes))
+                found = check(load_schedule(writes))
                 result["check"] = int(any(v.rule != "memory" and not (v.rule == "retime" and "capacity" in v.message)
-                                          for v in report.violations))
+                                          for v in found.violations))
         except BaseException:  # noqa: BLE001
             result["check"] = "traceback"
         result["check_err"] = buffer.getvalue()
     out.flush()
     err.flush()
     report.write_text(json.dumps(result))
-    return 0
 
 
 def _one_error_line(err: str, command: str) -> bool:
