@@ -26,7 +26,7 @@ WARM_START_SHARE = 0.2  # of the time limit
 RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
 # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
 # backend's calibrated unit), so that a solve uses most of its time limit on the bench machine (a shared
-# 2-core machine; at 0.5 hard offload solves ended after 5-8 s of a 30 s limit); on a slower or busier
+# 2-core machine; at 0.5 hard offload solves ended after 4-8 s of a 30 s limit); on a slower or busier
 # machine the wall clock ends the step and the file says the run may not be reproducible; and the warm start collects acceptable candidates while
 # (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
 # one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU
