@@ -27,8 +27,8 @@ RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and chec
 # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
 # backend's calibrated unit), so that a solve uses most of its time limit on the bench machine (a shared
 # 2-core machine; at 0.5 hard offload solves ended after 4-8 s of a 30 s limit); on a slower or busier
-# machine the wall clock ends the step and the file says the run may not be reproducible; and the warm start collects acceptable candidates while
-# (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
+# machine the wall clock ends the step and the file says the run may not be reproducible; and the warm
+# start collects acceptable candidates while (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
 # one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU
 # second there (see docs/solver.md). Methods that do not apply or refuse the caps are not counted.
 DETERMINISTIC_SHARE = 0.9
@@ -60,7 +60,8 @@ class Limit:
 
 class Budget:
     """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes the start of
-    the command, after Python's start-up: what ran in the process before it does not eat the limit); the solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
+    the command, after Python's start-up: what ran in the process before it does not eat the limit); the
+    solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
     def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0):
         self.time_limit = float(time_limit)
