@@ -25,12 +25,13 @@ from dataclasses import dataclass
 WARM_START_SHARE = 0.2  # of the time limit
 RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
 # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
-# backend's calibrated unit), so that a machine about twice as slow (or as loaded) as the bench machine
-# still ends it by the deterministic limit; and the warm start collects acceptable candidates while
-# (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
+# backend's calibrated unit), so that a solve uses most of its time limit on the bench machine (a shared
+# 2-core machine; at 0.5 hard offload solves ended after 4-8 s of a 30 s limit); on a slower or busier
+# machine the wall clock ends the step and the file says the run may not be reproducible; and the warm
+# start collects acceptable candidates while (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
 # one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU
 # second there (see docs/solver.md). Methods that do not apply or refuse the caps are not counted.
-DETERMINISTIC_SHARE = 0.5
+DETERMINISTIC_SHARE = 0.9
 WARM_START_OPS_PER_SECOND = 10_000
 RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
 # when the last phase's answers are checked schedules already (the large-neighbourhood search), only
@@ -58,8 +59,9 @@ class Limit:
 
 
 class Budget:
-    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process
-    start); the solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
+    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes the start of
+    the command, after Python's start-up: what ran in the process before it does not eat the limit); the
+    solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
     def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0):
         self.time_limit = float(time_limit)
