@@ -100,9 +100,9 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
     By planned start; at one instant an op of zero duration first (it ends
     there), then transfers before compute ops, then compute ops of zero duration
     that release memory (B, W) before those that allocate it (F, R), as the memory
-    rules count an instant, unless the release is of a (stage, microbatch) whose
-    F or R stands at that instant too (it depends on them); ties in dependency
-    order (:func:`ppsolve.dependencies.depth`, then microbatch, then stage).
+    rules count an instant, unless the release depends on such an F or R at that
+    instant; ties in dependency order (:func:`ppsolve.dependencies.depth`, then
+    microbatch, then stage).
     """
     ops = list(ops)
     if not ops:
@@ -116,17 +116,23 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
 
 
 def _allocates_at_its_instant(timed: "_Timed") -> np.ndarray:
-    """1 for a compute op of zero duration that allocates (F, R), or releases memory of a (stage,
-    microbatch) whose F or R stands at the same instant; else 0 (issued first at that instant)."""
+    """1 for a compute op of zero duration that allocates (F, R), or that releases (B, W) what
+    depends on an F or R of zero duration at the same instant (any F of its microbatch, or an R
+    of its microbatch at its stage or a later one: B runs down the stages); else 0 (issued first)."""
     zero = timed.end <= timed.start
-    allocating = zero & ((timed.code == _KIND_CODE[_F]) | (timed.code == _KIND_CODE[_R]))
+    forward = zero & (timed.code == _KIND_CODE[_F])
+    rerun = zero & (timed.code == _KIND_CODE[_R])
     releasing = zero & ((timed.code == _KIND_CODE[_B]) | (timed.code == _KIND_CODE[_W]))
-    out = allocating.astype(np.int64)
-    if allocating.any() and releasing.any():
-        held = set(zip(timed.start[allocating].tolist(), timed.stage[allocating].tolist(),
-                       timed.microbatch[allocating].tolist()))
+    out = (forward | rerun).astype(np.int64)
+    if out.any() and releasing.any():
+        forwards = set(zip(timed.start[forward].tolist(), timed.microbatch[forward].tolist()))
+        reruns: dict[tuple[float, int], int] = {}
+        for i in np.flatnonzero(rerun).tolist():
+            key = (float(timed.start[i]), int(timed.microbatch[i]))
+            reruns[key] = max(reruns.get(key, -1), int(timed.stage[i]))
         for i in np.flatnonzero(releasing).tolist():
-            if (float(timed.start[i]), int(timed.stage[i]), int(timed.microbatch[i])) in held:
+            key = (float(timed.start[i]), int(timed.microbatch[i]))
+            if key in forwards or reruns.get(key, -1) >= int(timed.stage[i]):
                 out[i] = 1
     return out
 

@@ -133,7 +133,7 @@ def test_simulated_schedules_run_as_planned_and_respect_bounds(problem, seed):
     planned = {o.op: o.start for o in ops}
     assert all(o.start <= planned[o.op] + 1e-9 for o in retime(problem, ops))
     assert makespan_lower_bound(problem).value <= schedule.makespan + 1e-9
-    need = min_capacity(problem, offload=problem.can_offload)
+    need = min_capacity(problem, offload=problem.can_offload, recompute=problem.can_recompute)
     assert all(n <= peak + 1e-9 for n, peak in zip(need, schedule.peak_memory))
 
 
