@@ -29,7 +29,7 @@ always tried as well:
   They are made without offload, and the other plans and baselines do not use the
   recompute block, so with both levers the warm start tries the candidates of each lever
   alone: when its share of the time lets it try them all, it is at most the better of the
-  warm starts with offload only and with recompute only (tests/test_solver_warm_start.py
+  warm starts with offload only and with recompute only (tests/solvers/test_solver_warm_start.py
   checks it on random problems and caps).
 """
 
