@@ -36,12 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppsolve.errors import PpsolveError  # noqa: E402
 from ppsolve.jsonio import read_json, write_text_atomic  # noqa: E402
-from ppsolve.methods import RunOptions, all_methods  # noqa: E402
+from ppsolve.methods import RunOptions, all_methods, get_method, run_and_check  # noqa: E402
 from ppsolve.problem import Problem, load_problem  # noqa: E402
 
-OURS = {"greedy"}  # registered baselines that are ppsolve's own, not published schedules
 OFFLOAD_PUBLISHED = ("po-h", "po-f")
 
 
@@ -62,7 +60,7 @@ class Row:
     error: str = ""
 
     def best(self, published: bool) -> tuple[str, float] | None:
-        items = [(v, k) for k, v in self.baselines.items() if not published or k not in OURS]
+        items = [(v, k) for k, v in self.baselines.items() if not published or get_method(k).published]
         return (min(items)[1], min(items)[0]) if items else None
 
     def offload_best(self) -> float | None:
@@ -79,13 +77,8 @@ class Row:
 def baselines(problem: Problem) -> dict[str, float]:
     out = {}
     for method in all_methods("baseline"):
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            schedule = method.build(problem, RunOptions(threads=1))
-        except PpsolveError:
-            continue
-        if not schedule.method.extra.get("capacity_broken"):
+        schedule = run_and_check(method, problem, RunOptions(threads=1), checked=False).schedule
+        if schedule is not None and not schedule.method.extra.get("capacity_broken"):
             out[method.name] = schedule.makespan
     return out
 

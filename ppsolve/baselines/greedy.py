@@ -33,7 +33,7 @@ from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule

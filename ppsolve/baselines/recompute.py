@@ -33,7 +33,7 @@ from ppsolve.baselines.interleaved import interleaved_orders, megatron_warmup
 from ppsolve.baselines.onef1b import onef1b_orders
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import memory_curves
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp

@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from ppsolve.memory import memory_lags
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
@@ -97,10 +98,7 @@ class _Passes:
                 room = cap - act - active * act
                 rules.append((active, None if hold <= _EPS else int(math.floor(room / hold + _EPS))))
             self.cap_rules[s] = rules
-            lags = [(OpKind.B, int(math.floor(cap / act + _EPS)))]
-            if hold > _EPS:
-                lags.append((OpKind.W, int(math.floor((cap - act) / hold + _EPS)) + 1))
-            self.cap_lags[s] = lags
+            self.cap_lags[s] = memory_lags(cap, act, hold)
 
     def _cap_wait(self, s: int) -> np.ndarray:
         """Earliest starts of F(s, .) that the cap of its device allows (stage s alone)."""

@@ -22,7 +22,6 @@ import random
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from types import ModuleType
 
 from ppsolve.bounds import critical_path
 from ppsolve.checker import check
@@ -30,7 +29,7 @@ from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
-from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions, Status
+from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
@@ -165,7 +164,7 @@ def batch_size(ops: int) -> int:
 
 
 def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
-            backend: ModuleType, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
+            backend: Backend, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
     """Rounds of windows until ``limit`` (the wall clock; in deterministic mode also the work done,
     in seconds: the windows' searches, ``WINDOW_OVERHEAD`` per window and ``ROUND_SECONDS_PER_OP``
     per op and round), the incumbent reaches ``lower_bound``, or Ctrl-C.

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import random
 import time
-from types import ModuleType
 
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.schedule import Schedule, make_schedule
-from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions
+from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
@@ -46,7 +45,7 @@ def _draw(inc: Incumbent, rng: random.Random) -> tuple[tuple[int, ...], float, f
 
 
 def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
-                   backend: ModuleType, start: Schedule, limit: Limit) -> tuple[Schedule, int, int]:
+                   backend: Backend, start: Schedule, limit: Limit) -> tuple[Schedule, int, int]:
     """(best schedule, windows solved, windows that lowered the overhead) until ``limit``."""
     rng = random.Random(options.seed)
     best, inc = start, Incumbent(start)

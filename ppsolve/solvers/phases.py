@@ -27,9 +27,7 @@ the foundation's bound is reported.
 
 from __future__ import annotations
 
-import importlib
 import time
-from types import ModuleType
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
@@ -38,8 +36,9 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
-from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
-                                 SolveResult, Status, wait_for)
+from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, PhaseAnswer, PhaseTask,
+                                 SolveOptions, SolveResult, Status, wait_for)
+from ppsolve.solvers.backends import load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
@@ -47,12 +46,6 @@ from ppsolve.solvers.scaling import Scaling, build_scaling
 from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
-
-# The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
-BACKENDS = {
-    "cpsat": "ppsolve.solvers.cpsat.backend",
-    "milp": "ppsolve.solvers.milp.backend",
-}
 
 # Shares of the time limit (the warm start's is in budget.py); "keep" is what later phases need.
 SHARE_MAKESPAN = 0.8
@@ -84,22 +77,6 @@ def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     return n
 
 
-def load_backend(name: str) -> ModuleType:
-    """The backend module named ``name``; a clear refusal when unknown or not installed."""
-    try:
-        module = importlib.import_module(BACKENDS[name])
-    except KeyError:
-        raise InputError("solver", f"must be one of {', '.join(BACKENDS)}, got {name!r}") from None
-    except ImportError as exc:  # e.g. OR-Tools after highspy was loaded (see ppsolve.solvers.milp)
-        clash = " (highspy was loaded into this process first; OR-Tools and highspy bundle incompatible " \
-                "HiGHS libraries)" if "Highs" in str(exc) else ""
-        raise NotApplicableError(f"solver {name} is not available: {exc}{clash}") from None
-    reason = module.why_not()
-    if reason is not None:
-        raise NotApplicableError(f"solver {name} is not available: {reason}")
-    return module
-
-
 def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | None:
     """A model solution as a checked schedule, or None if the checker refuses it.
 
@@ -120,7 +97,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
 class _Run:
     """The state of one solve: problem, options, budget, backend, progress, notes."""
 
-    def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: ModuleType):
+    def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: Backend):
         self.problem = problem
         self.options = options
         self.budget = budget
@@ -132,16 +109,16 @@ class _Run:
         self.use_offload = options.offload and problem.can_offload
         self.use_recompute = options.recompute and problem.can_recompute
         # the backend's proof holds for the contract's continuous offloaded amounts
-        self.amounts_exact = not self.use_offload or bool(getattr(backend, "CONTINUOUS_AMOUNTS", False))
+        self.amounts_exact = not self.use_offload or backend.CONTINUOUS_AMOUNTS
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
-        self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
+        self.windows = backend.WINDOWS  # the backend solves windows (LNS)
         self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
-        self.least_overhead: str | None = None  # the OVERHEAD phase's status, if it ran
+        self.least_overhead: Status | None = None  # the OVERHEAD phase's status, if it ran
         self.grid_optimal = False  # the makespan model proved its optimum on its grid of amounts only
 
     def user_time(self, x: float) -> float:
@@ -318,7 +295,7 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    if run.use_offload and getattr(run.backend, "WHOLE_SHARES", False):
+    if run.use_offload and run.backend.WHOLE_SHARES:
         # first with whole shares: a much smaller search that finds a good start for any amount
         _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
         limit = run.budget.search(share)
@@ -333,7 +310,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     status = answer.status
     if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
         status = Status.FEASIBLE  # least on the model's grid of amounts only
-    run.least_overhead = status.value  # "optimal": no schedule at this makespan has less overhead
+    run.least_overhead = status  # OPTIMAL: no schedule at this makespan has less overhead
     better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
     if better is not None and overhead_key(better) < overhead_key(best):
         return better
@@ -347,7 +324,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
                                               best, run.budget.search(share))
     run.progress.end_phase()
-    run.least_overhead = Status.FEASIBLE.value
+    run.least_overhead = Status.FEASIBLE
     if better:
         run.notes.append(f"least overhead by windows: {better} of {windows} lowered it (recomputed {best.recomputed} "
                          f"-> {lowered.recomputed}, offloaded {best.offloaded:g} -> {lowered.offloaded:g})")
@@ -367,7 +344,7 @@ def _shed(run: _Run, best: Schedule) -> Schedule:
     return shed
 
 
-def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -> Schedule:
+def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
               "objective": o.objective, "warm_start": o.warm_start}
@@ -377,12 +354,12 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
     if run.least_overhead is not None:
-        extra["least_overhead"] = run.least_overhead
+        extra["least_overhead"] = run.least_overhead.value
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
                                    "tail_improved": run.lns.tail_improved}
-    info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
+    info = MethodInfo(o.solver, params, status.value, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 
 
@@ -412,8 +389,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         if warm is None or options.objective == "memory":
             raise NoSolutionError("interrupted before any schedule was found") from None
         run.notes.append("interrupted outside the search; the warm start is the best so far")
-        final = _finish(run, warm, "feasible", run.lb, warm_start=warm.method.name)
-        return SolveResult(final, "feasible", final.method.lower_bound, final.gap or 0.0, final.method.seconds,
+        final = _finish(run, warm, Status.FEASIBLE, run.lb, warm_start=warm.method.name)
+        return SolveResult(final, Status.FEASIBLE, final.method.lower_bound, final.gap or 0.0, final.method.seconds,
                            True, True, warm, None, run.notes, run.abandoned)
     finally:
         run.progress.end_phase()
@@ -470,7 +447,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
             best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
     if best is not None and best.uses_levers and not run.interrupted \
-            and run.least_overhead != "optimal":
+            and run.least_overhead is not Status.OPTIMAL:
         best = _shed(run, best)
     from_warm = best is not None and best is warm
     if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
@@ -484,10 +461,10 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         run.notes.append(f"the analytic lower bound ({lb:g}) exceeds this valid schedule's makespan: it does not "
                          "hold for this problem (a bug, please report it); no bound and no optimality is claimed")
         lower, proven, lb = 0.0, False, 0.0
-    status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
-    if status == "optimal" and not proven and best.makespan > lb + 1e-9:
-        status = "feasible"
-    if status == "feasible" and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
+    status = Status.OPTIMAL if best.makespan <= lower + 1e-9 * max(1.0, lower) else Status.FEASIBLE
+    if status is Status.OPTIMAL and not proven and best.makespan > lb + 1e-9:
+        status = Status.FEASIBLE
+    if status is Status.FEASIBLE and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
         run.notes.append(f"optimal among schedules that offload multiples of {1 / run.scaling.memory_scale:g} "
                          "memory units; a finer amount might be faster, so the bound is the analytic one")
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
@@ -526,8 +503,8 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     exact = sc.exact and run.amounts_exact  # a grid of amounts proves nothing about finer ones
     mem_lower = run.user_memory(answer.bound) if answer.bound is not None and exact else None
     proven = answer.status is Status.OPTIMAL and exact
-    status = "optimal" if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
-        else "feasible"
+    status = Status.OPTIMAL if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
+        else Status.FEASIBLE
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)
     return SolveResult(final, status, lb, final.gap or 0.0, final.method.seconds, run.interrupted,
                        False, warm, None, run.notes, run.abandoned)

@@ -40,13 +40,14 @@ import time
 from dataclasses import fields
 from typing import Callable, Iterator
 
+from ppsolve import baselines
 from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.portfolio import applicable_baselines, built_baselines
 from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
-from ppsolve.methods import RunOptions, all_methods, get_method
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
@@ -318,21 +319,21 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
 def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None,
                          until: Callable[[], bool] = lambda: False,
                          out: list[Schedule] | None = None) -> list[Schedule]:
-    """Schedules of the registered baselines that apply ('auto', one at a time until ``until()``),
-    or of one named method, appended to ``out`` as they are found."""
+    """Schedules of the baselines that apply ('auto', one at a time until ``until()``),
+    or of one named baseline, appended to ``out`` as they are found."""
     out = [] if out is None else out
     if choice == "none":
         return out
     options = RunOptions(time_limit=time_limit, threads=1, seed=0, quiet=True, warm_start="none")
     if choice == "auto":
-        for method in all_methods("baseline"):
+        for method in baselines.METHODS:
             if method.why_not(problem) is not None:
                 continue
             if until():
                 break
             out += [s for s in applicable_baselines(problem, options, [method.name]) if acceptable(s)]
         return out
-    method = get_method(choice)
+    method = baselines.get_baseline(choice)
     reason = method.why_not(problem)
     if reason is not None:
         raise PpsolveError(f"warm start {method.name} does not apply: {reason}")

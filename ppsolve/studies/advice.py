@@ -15,13 +15,10 @@ import shlex
 from dataclasses import dataclass, field
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity
-from ppsolve.errors import InfeasibleError, PpsolveError
-from ppsolve.methods import Method, RunOptions, all_methods
+from ppsolve.methods import INFEASIBLE, Method, RunOptions, published_methods, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
-
-UNPUBLISHED = ("greedy",)
-"""Baselines that are ppsolve's own heuristics, not schedules from a paper; left out of the comparison."""
+from ppsolve.solvers.api import Status
 
 SHOWN_REFUSALS = 3
 """Refused published schedules named in the text summary (the fastest ones; --json lists all)."""
@@ -111,15 +108,10 @@ class Advice:
         return out
 
 
-def _published() -> list[Method]:
-    return [m for m in all_methods("baseline") if m.name not in UNPUBLISHED]
-
-
 def _refusal(method: Method, problem: Problem) -> Refusal | None:
     """What ``method`` needs beyond the caps: rebuilt ignoring them, the device it exceeds most."""
-    try:
-        schedule = method.build(problem, RunOptions(ignore_capacity=True))
-    except PpsolveError:
+    schedule = run_and_check(method, problem, RunOptions(ignore_capacity=True), checked=False).schedule
+    if schedule is None:
         return None
     over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
             if cap is not None and peak > cap + _TOL]
@@ -133,24 +125,19 @@ def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
     """The fastest published schedule within the caps, and those the caps refuse (with their needs)."""
     fits: list[Fit] = []
     refused: list[Refusal] = []
-    for method in _published():
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            schedule = method.build(problem, RunOptions())
-        except InfeasibleError:
+    for method in published_methods():
+        outcome = run_and_check(method, problem, RunOptions(), checked=False)
+        if outcome.status == INFEASIBLE:
             refusal = _refusal(method, problem)
             if refusal is not None:
                 refused.append(refusal)
-            continue
-        except PpsolveError:  # a method that turns this problem down after all: not a comparison
-            continue
-        fits.append(Fit(method.name, schedule.makespan, max(schedule.peak_memory)))
+        elif outcome.schedule is not None:  # else a method that turns this problem down: not a comparison
+            fits.append(Fit(method.name, outcome.schedule.makespan, max(outcome.schedule.peak_memory)))
     best = min(fits, key=lambda f: (f.makespan, f.peak), default=None)
     return best, sorted(refused, key=lambda r: r.makespan)
 
 
-def explain_gap(schedule: Schedule, status: str, lower_bound: float, problem_path: str | None = None) -> str:
+def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_path: str | None = None) -> str:
     """Whether the distance to the analytic bound is the bound's (schedule proven optimal) or still open;
     an open gap on a capped problem the split bound applies to names its command (``problem_path``)."""
     analytic = makespan_lower_bound(schedule.problem).value
@@ -158,7 +145,7 @@ def explain_gap(schedule: Schedule, status: str, lower_bound: float, problem_pat
     if span <= analytic * (1 + _TOL) + _TOL:
         return f"none: the makespan equals the analytic lower bound ({analytic:g})"
     share = (span - analytic) / span
-    if status == "optimal":
+    if status == Status.OPTIMAL:
         return (f"the bound's: CP-SAT proved {span:g} optimal; the analytic bound ({analytic:g}) is "
                 f"{share:.1%} below it")
     open_share = (span - lower_bound) / span if span > 0 else 0.0
@@ -262,12 +249,9 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
     reach: list[tuple[float, str]] = []
     if schedule.makespan <= bound * (1 + _TOL) + _TOL:
         reach.append((max(schedule.peak_memory), "this solve"))
-    for method in _published():
-        if method.why_not(free) is not None:
-            continue
-        try:
-            built = method.build(free, RunOptions())
-        except PpsolveError:
+    for method in published_methods():
+        built = run_and_check(method, free, RunOptions(), checked=False).schedule
+        if built is None:
             continue
         if built.makespan <= bound * (1 + _TOL) + _TOL:
             reach.append((max(built.peak_memory), method.name))
@@ -280,7 +264,7 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
     return bound, cap, name, None if cap <= floor + _TOL else command
 
 
-def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: float) -> Advice:
+def advise(problem_path: str, schedule: Schedule, status: Status, lower_bound: float) -> Advice:
     """The summary of a solve of the problem read from ``problem_path`` that produced ``schedule``.
 
     The comparison uses the problem as solved (``schedule.problem``: without caps under --ignore-capacity).

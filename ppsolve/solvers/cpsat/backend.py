@@ -28,6 +28,7 @@ NAME = "cpsat"
 # 130-160 ops), and wall time runs up to about twice CPU time there (a shared 2-core machine), hence the
 # low rate (see docs/solver.md).
 DETERMINISTIC_PER_SECOND = 0.06
+CONTINUOUS_AMOUNTS = False  # offloads move multiples of the scaling's grid
 WHOLE_SHARES = True  # PhaseTask.whole_shares: a model whose offloads move whole shares (a quick first step)
 WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
