@@ -33,8 +33,9 @@ import make_scale  # noqa: E402  (benchmarks/ is on the path when run as a scrip
 
 from ppsolve.bounds import makespan_lower_bound  # noqa: E402
 from ppsolve.problem import problem_from_dict  # noqa: E402
-from ppsolve.solvers import SolveOptions, phases, solve  # noqa: E402
+from ppsolve.solvers import SolveOptions, solve  # noqa: E402
 from ppsolve.solvers.cpsat import constraints  # noqa: E402
+from ppsolve.solvers.settings import PhaseSettings, Settings  # noqa: E402
 
 FAMILIES = (("linear", 1, None), ("vshape", 2, None), ("linear", 1, 1.5), ("interleaved", 2, 1.5))
 
@@ -60,7 +61,8 @@ def main(argv=None) -> int:
     sizes = [tuple(int(x) for x in pair.split("x")) for pair in args.sizes.split(",")]
     print("| problem | foundation's bound | makespan | status | proven bound | bound below optimum | seconds |")
     print("|---|---|---|---|---|---|---|")
-    patches = [mock.patch.object(phases, "LNS_AFTER_OPS", 10**12), mock.patch.object(phases, "WHOLE_MODEL_OPS", 10**12)]
+    whole_model = Settings(phases=PhaseSettings(lns_after_ops=10**12, whole_model_ops=10**12))
+    patches = []
     if args.without_tail_cuts:
         patches.append(mock.patch.object(constraints, "tail_cuts", lambda *a, **k: None))
     if args.without_next_release:
@@ -73,7 +75,8 @@ def main(argv=None) -> int:
                 continue
             lb = makespan_lower_bound(problem).value
             began = time.monotonic()
-            r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads or None))
+            r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads or None,
+                                            settings=whole_model))
             seconds = time.monotonic() - began
             makespan = r.schedule.makespan
             below = f"{100 * (makespan - lb) / makespan:.1f}%" if r.status == "optimal" else "-"

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from ppsolve.problem import load_problem  # noqa: E402
 from ppsolve.solvers import SolveOptions, phases, solve  # noqa: E402
+from ppsolve.solvers.settings import PhaseSettings, Settings  # noqa: E402
 
 CONFIGS = {"whole model": (10**12, 10**12), "whole then search": (10**12, 0), "search alone": (0, 0)}
 SHORT = {"whole": "whole model", "both": "whole then search", "search": "search alone"}
@@ -39,19 +40,15 @@ def main(argv=None) -> int:
         parser.error(f"--configs: unknown {exc.args[0]!r} (whole, both or search)")
     print("| problem | ops | " + " | ".join(configs) + " |")
     print("|---|---|" + "---|" * len(configs))
-    saved = phases.WHOLE_MODEL_OPS, phases.LNS_AFTER_OPS
-    try:
-        for path in args.problems:
-            problem = load_problem(path)
-            cells = [Path(path).stem, str(phases.model_ops(problem, True))]
-            for whole, after in configs.values():
-                phases.WHOLE_MODEL_OPS, phases.LNS_AFTER_OPS = whole, after
-                began = time.process_time()
-                r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads))
-                cells.append(f"{r.schedule.makespan:g} ({r.status}, {time.process_time() - began:.0f} CPU s)")
-            print("| " + " | ".join(cells) + " |", flush=True)
-    finally:
-        phases.WHOLE_MODEL_OPS, phases.LNS_AFTER_OPS = saved
+    for path in args.problems:
+        problem = load_problem(path)
+        cells = [Path(path).stem, str(phases.model_ops(problem, True))]
+        for whole, after in configs.values():
+            knobs = Settings(phases=PhaseSettings(whole_model_ops=whole, lns_after_ops=after))
+            began = time.process_time()
+            r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads, settings=knobs))
+            cells.append(f"{r.schedule.makespan:g} ({r.status}, {time.process_time() - began:.0f} CPU s)")
+        print("| " + " | ".join(cells) + " |", flush=True)
     return 0
 
 

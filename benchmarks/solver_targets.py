@@ -21,7 +21,7 @@ from ppsolve.problem import load_problem, problem_from_dict  # noqa: E402
 from ppsolve.schedule import make_schedule  # noqa: E402
 from ppsolve.simulator import simulate  # noqa: E402
 from ppsolve.solvers import SolveOptions, solve  # noqa: E402
-from ppsolve.solvers.warm_start import limited_1f1b_orders  # noqa: E402
+from ppsolve.baselines.plans import limited_1f1b_orders  # noqa: E402
 
 
 def uniform(d, m, placement="linear", cap=None, offload=None):

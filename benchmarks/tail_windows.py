@@ -29,24 +29,24 @@ from ppsolve.solvers.budget import Budget, Limit  # noqa: E402
 from ppsolve.solvers.cpsat import backend  # noqa: E402
 from ppsolve.solvers.progress import Progress  # noqa: E402
 from ppsolve.solvers.scaling import build_scaling  # noqa: E402
+from ppsolve.solvers.settings import LnsSettings, Settings  # noqa: E402
 
 
-def search_from(start_path: str, seconds: float, seed: int, searcher=backend):
+def search_from(start_path: str, seconds: float, seed: int, searcher=backend, knobs: LnsSettings = LnsSettings()):
     """(the start re-timed as the runtime would, the search's result): ``lns.improve`` continued from
     the schedule at ``start_path`` for ``seconds`` on both cores, windows searched by ``searcher``."""
     start = load_schedule(start_path)
     problem = start.problem
     start = lns.as_runtime_runs(problem, start)
     budget = Budget(3 * seconds + 60, deterministic=False)  # the search's own limit below ends it
-    options = SolveOptions(time_limit=seconds, seed=seed)
+    options = SolveOptions(time_limit=seconds, seed=seed, settings=Settings(lns=knobs))
     result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), searcher,
                          start, Limit(time.monotonic() + seconds), False, makespan_lower_bound(problem).value)
     return start, result
 
 
 def continue_search(start_path: str, stall: float, seconds: float, seed: int) -> str:
-    lns.TAIL_STALL = stall
-    start, result = search_from(start_path, seconds, seed)
+    start, result = search_from(start_path, seconds, seed, knobs=LnsSettings(tail_stall=stall))
     return (f"{start.makespan:g} -> {result.best.makespan:g} ({result.windows} windows, {result.improved} better, "
             f"{result.tail_windows} tail windows, {result.tail_improved} of them better)")
 

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 from ppsolve.solvers import lns  # noqa: E402
 from ppsolve.solvers.api import Status  # noqa: E402
 from ppsolve.solvers.cpsat import backend  # noqa: E402
+from ppsolve.solvers.settings import LnsSettings  # noqa: E402
 from tail_windows import search_from  # noqa: E402  (this folder is on the path when run as a script)
 
 TENTHS = 10
@@ -55,10 +56,8 @@ def main(argv=None) -> int:
     parser.add_argument("start")
     parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--draws", type=int, default=lns.IDLE_DRAWS)
+    parser.add_argument("--draws", type=int, default=LnsSettings().idle_draws)
     args = parser.parse_args(argv)
-    lns.TAIL_STALL = math.inf
-    lns.IDLE_DRAWS = args.draws
     traced = _Traced()
     make_window = lns.make_window
 
@@ -69,7 +68,8 @@ def main(argv=None) -> int:
         return window
 
     lns.make_window = located
-    start, result = search_from(args.start, args.seconds, args.seed, traced)
+    start, result = search_from(args.start, args.seconds, args.seed, traced,
+                                LnsSettings(tail_stall=math.inf, idle_draws=args.draws))
     print(f"{Path(args.start).stem}, draws {args.draws}: {start.makespan:g} -> {result.best.makespan:g} "
           f"({result.windows} windows, {result.improved} better)")
     print("| centre (share of the makespan) | windows | shorter path | earlier ends only | proven |")

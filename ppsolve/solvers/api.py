@@ -23,6 +23,7 @@ from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.settings import Settings
 
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
@@ -79,7 +80,7 @@ class SolveOptions:
     command: writing the file, comparing with the published schedules). ``threads=1`` with a
     ``seed`` is deterministic while the deterministic limits (derived from ``time_limit``) end each
     step; the wall clock stays the hard limit (see ``ppsolve.solvers.budget``).
-    ``symmetry``, ``offload`` and ``recompute`` exist for experiments and tests.
+    ``symmetry``, ``offload``, ``recompute`` and ``settings`` exist for experiments and tests.
     """
 
     solver: str = "cpsat"
@@ -99,6 +100,7 @@ class SolveOptions:
     stream: TextIO | None = None
     started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
     keep_after: float = 0.0
+    settings: Settings = Settings()  # the tuning knobs (ppsolve.solvers.settings); the defaults are measured
 
     @property
     def deterministic(self) -> bool:

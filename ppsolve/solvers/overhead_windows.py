@@ -24,7 +24,6 @@ from ppsolve.solvers.scaling import Scaling
 from ppsolve.solvers.window import Incumbent, compose, make_window
 
 WINDOW_OPS = 60  # compute ops of its device a window frees
-WINDOW_SECONDS = 1.0  # the most one window's search may take
 
 
 def overhead_key(schedule: Schedule) -> tuple[float, float]:
@@ -60,9 +59,11 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
         if window is None or not window.choosable:
             spent += 0.05
             continue
-        det = WINDOW_SECONDS if deterministic else None
+        knobs = options.settings.lns  # as long as a window of the makespan's search
+        det = knobs.window_seconds if deterministic else None
+        guard = knobs.window_guard if deterministic else 1.0
         task = PhaseTask(problem, scaling, Phase.OVERHEAD, options, budget,
-                         Limit(min(limit.until, time.monotonic() + WINDOW_SECONDS * (3 if deterministic else 1)), det),
+                         Limit(min(limit.until, time.monotonic() + knobs.window_seconds * guard), det),
                          progress, window=window)
         answer = backend.run_phase(task)
         windows += 1

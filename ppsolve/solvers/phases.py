@@ -47,26 +47,6 @@ from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 
-# Shares of the time limit (the warm start's is in budget.py); "keep" is what later phases need.
-SHARE_MAKESPAN = 0.8
-SHARE_MAKESPAN_BEFORE_OFFLOAD = 0.65
-SHARE_OFFLOAD = 0.15
-SHARE_MAKESPAN_BEFORE_MEMORY = 0.35
-SHARE_MEMORY = 0.45
-
-# Problem size, in the ops a model places (compute ops, and with offload the transfers it may add).
-# Above WHOLE_MODEL_OPS the makespan is improved by large-neighbourhood search alone (the whole
-# model is neither built nor searched); above LNS_AFTER_OPS, when the makespan phase has at least
-# LNS_MIN_SECONDS, the whole model gets WHOLE_SHARE of it and the search the rest (set by
-# measurement: docs/solver.md; a search of a few windows is no use).
-WHOLE_MODEL_OPS = 3000
-LNS_AFTER_OPS = 200
-LNS_MIN_SECONDS = 5.0
-WHOLE_SHARE = 0.3
-WHOLE_SHARES_FIRST = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares before any amount
-SHED_TRIES = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
-
-
 def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
     n = problem.num_stages * problem.microbatches * len(problem.kinds)
@@ -116,7 +96,8 @@ class _Run:
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
         self.windows = backend.WINDOWS  # the backend solves windows (LNS)
-        self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
+        self.knobs = options.settings.phases
+        self.whole_model = not self.windows or self.ops <= self.knobs.whole_model_ops
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
         self.least_overhead: Status | None = None  # the OVERHEAD phase's status, if it ran
         self.grid_optimal = False  # the makespan model proved its optimum on its grid of amounts only
@@ -299,8 +280,9 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
         # first with whole shares: a much smaller search that finds a good start for any amount
         _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
         limit = run.budget.search(share)
-        first = Limit(time.monotonic() + WHOLE_SHARES_FIRST * max(0.0, limit.until - time.monotonic()),
-                      None if limit.deterministic is None else WHOLE_SHARES_FIRST * limit.deterministic)
+        part = run.knobs.whole_shares_first
+        first = Limit(time.monotonic() + part * max(0.0, limit.until - time.monotonic()),
+                      None if limit.deterministic is None else part * limit.deterministic)
         answer = run.phase(Phase.OVERHEAD, first, best, makespan_cap=sc.time(best.makespan), whole_shares=True)
         start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
         if start is not None and overhead_key(start) < overhead_key(best):
@@ -334,7 +316,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
 def _shed(run: _Run, best: Schedule) -> Schedule:
     """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
     if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
-        shed = shed_levers(best, max_tries=SHED_TRIES)
+        shed = shed_levers(best, max_tries=run.knobs.shed_tries)
     else:
         shed = shed_levers(best, until=time.monotonic() + max(0.0, run.budget.left()))
     if overhead_key(shed) >= overhead_key(best):
@@ -423,14 +405,15 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
 def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     levers = run.use_offload or run.use_recompute
-    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if levers else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if levers and (run.whole_model or run.windows) else 0.0
+    knobs = run.knobs
+    share = knobs.share_makespan_before_offload if levers else knobs.share_makespan
+    keep = knobs.share_offload if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
     else:
-        lns_after = run.windows and run.ops > LNS_AFTER_OPS and share * options.time_limit >= LNS_MIN_SECONDS
-        whole = share * WHOLE_SHARE if lns_after else share
+        lns_after = run.windows and run.ops > knobs.lns_after_ops and share * options.time_limit >= knobs.lns_min_seconds
+        whole = share * knobs.whole_share if lns_after else share
         best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
@@ -443,9 +426,9 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         best = _large_neighbourhoods(run, best, keep, 0.0)
     if best is not None and best.uses_levers and not run.interrupted:
         if run.whole_model and run.lns is None:
-            best = _least_overhead(run, best, SHARE_OFFLOAD)
+            best = _least_overhead(run, best, knobs.share_offload)
         elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
-            best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
+            best = _overhead_by_windows(run, best, knobs.share_offload)
     if best is not None and best.uses_levers and not run.interrupted \
             and run.least_overhead is not Status.OPTIMAL:
         best = _shed(run, best)
@@ -480,7 +463,7 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     known = [warm] if warm is not None else []
     needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
     if needs_best:
-        best, _, _ = _minimise_makespan(run, warm, SHARE_MAKESPAN_BEFORE_MEMORY, SHARE_MEMORY)
+        best, _, _ = _minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
         known += [best] if best is not None else []
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)
@@ -490,7 +473,7 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     run.progress.phase("least memory", "peak", run.user_memory,
                        incumbent=max(start.peak_memory) if start else None,
                        at="" if cap_time is None else f"(makespan <= {cap_time:g})")
-    share = SHARE_MEMORY if needs_best else SHARE_MAKESPAN
+    share = run.knobs.share_memory if needs_best else run.knobs.share_makespan
     answer = run.phase(Phase.MEMORY, run.budget.search(share), start, makespan_cap=H)
     best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + 1e-9)
     for s in fitting:

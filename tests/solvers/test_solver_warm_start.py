@@ -16,7 +16,8 @@ from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.ops import OpKind
 from ppsolve.problem import load_problem
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
+from ppsolve.baselines.plans import list_plan, serial_orders
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 
