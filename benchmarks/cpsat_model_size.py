@@ -35,7 +35,7 @@ def model_size(problem) -> tuple[int, int]:
     budget = Budget(3600, False)
     task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(), budget, budget.search(1.0),
                      Progress(budget, "cpsat"))
-    proto = backend._build(task).model.proto
+    proto = backend.build_model(task).proto
     return len(proto.variables), len(proto.constraints)
 
 

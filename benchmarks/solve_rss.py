@@ -39,7 +39,7 @@ scaling = build_scaling(problem)
 cut = scaling.time(makespan_lower_bound(problem).value) if scaling.exact else 0
 task = PhaseTask(problem, scaling, Phase.MAKESPAN, SolveOptions(), budget, budget.search(1.0),
                  Progress(budget, "cpsat"), lower_bound=cut)
-proto = backend._build(task).model.proto
+proto = backend.build_model(task).proto
 print(len(proto.variables), len(proto.constraints), round(time.monotonic() - began, 1),
       resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
