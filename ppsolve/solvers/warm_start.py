@@ -21,7 +21,7 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   a k above what fits, each offloading on the devices over the cap.
 * with recompute (contract version 3): 1F1B (W right after B, or deferred), every
   published order that applies, built without the cap, 1F1B limited to k in flight for
-  k above what fits (at most ``RECOMPUTE_KS`` of them), and the list scheduler's orders
+  k above what fits (at most ``plans.RECOMPUTE_KS`` of them), and the list scheduler's orders
   made without a cap, each recomputing on every device over its cap just enough
   microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
   recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
@@ -37,134 +37,18 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import fields
-from typing import Callable, Iterator
+from typing import Callable
 
 from ppsolve import baselines
-from ppsolve.baselines.plans import (fitting_k, limited_1f1b_orders, list_plan, serial_orders, w_right_after_b,
-                                     with_offload)
-from ppsolve.baselines.portfolio import applicable_baselines, built_baselines
-from ppsolve.baselines.recompute import PREFER, fit_by_recompute
+from ppsolve.baselines.plans import own_plans
+from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.method_types import RunOptions
-from ppsolve.ops import Op, OpKind
+from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
-
-
-def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
-    """Plans that fit the cap only with offload, on the devices whose plan exceeds the cap:
-    greedy orders made as if memory were unbounded, and (linear) 1F1B limited to k in flight."""
-    if not problem.can_offload:
-        return []
-    plans = []
-    free = problem.replace(capacity=None)
-    all_devices = {d for d in range(problem.devices) if problem.capacity[d] is not None}
-    for prefer in ("BFW", "FBW"):
-        try:
-            base = list_plan(free, prefer, problem.chunks > 1)
-        except PpsolveError:
-            continue
-        for lead in (0, 1, 2):
-            plans.append((f"greedy-{prefer}-nocap+offload-lead{lead}", with_offload(problem, base, lead, all_devices)))
-    if problem.placement_name != "linear":
-        return plans
-    fit = fitting_k(problem)
-    for k in sorted({problem.devices, (problem.devices + fit) // 2, fit + 1}, reverse=True):
-        if k <= fit or k < 2:
-            continue
-        over = {d for d in range(problem.devices)
-                if problem.capacity[d] is not None
-                and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
-        if not over:
-            continue
-        for defer in ((False, True) if problem.split_backward else (False,)):
-            base = limited_1f1b_orders(problem, k, defer)
-            for lead in (0, 1, 2):
-                name = f"1f1b-k{k}{'-deferw' if defer else ''}+offload-lead{lead}"
-                plans.append((name, with_offload(problem, base, lead, over)))
-    return plans
-
-
-# 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
-RECOMPUTE_KS = 8
-
-
-def spread(values, count: int) -> list:
-    """At most ``count`` of ``values``, evenly spaced, the first and the last included, in their order."""
-    values = list(values)
-    if len(values) <= count:
-        return values
-    return [values[i] for i in sorted({round(i * (len(values) - 1) / (count - 1)) for i in range(count)})]
-
-
-def schedule_orders(schedule: Schedule) -> list[list[Op]]:
-    """Each device's ops of ``schedule`` in the order they start."""
-    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
-    for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
-        orders[op.device].append(op.op)
-    return orders
-
-
-def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
-    """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
-    built ignoring the cap, where the result breaks it and moves nothing to host."""
-    options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
-    for schedule in built_baselines(problem, options):
-        if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
-            yield schedule.method.name, schedule_orders(schedule)
-
-
-def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-    """Plans that fit the cap by recomputing, made without offload (see the module docstring)."""
-    if not problem.can_recompute or all(c is None for c in problem.capacity):
-        return
-    base = problem.replace(offload=None)
-
-    def fitted(make) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-        for prefer in PREFER:
-            yield f"-{prefer}", lambda prefer=prefer: fit_by_recompute(base, make(), prefer=prefer)[0]
-
-    ks = spread(range(problem.devices, fitting_k(base), -1), RECOMPUTE_KS) if problem.placement_name == "linear" else []
-
-    def onef1b(some_ks):
-        for k in some_ks:
-            for defer in ((False, True) if problem.split_backward else (False,)):
-                for how, make in fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)):
-                    yield f"1f1b-k{k}{'-deferw' if defer else ''}+recompute{how}", make
-
-    yield from onef1b(ks[:1])
-    for name, orders in _published_orders(base.replace(recompute=None)):
-        for how, make in fitted(lambda orders=orders: orders):
-            yield f"{name}+recompute{how}", make
-        if problem.split_backward:  # what a W waits to run cannot be recomputed away: W right after B
-            for how, make in fitted(lambda orders=orders: w_right_after_b(base, orders)):
-                yield f"{name}-w-after-b+recompute{how}", make
-    yield from onef1b(ks[1:])
-    free = base.replace(capacity=None)
-    for kinds in ("BFW", "FBW"):
-        for how, make in fitted(lambda kinds=kinds: list_plan(free, kinds, problem.chunks > 1)):
-            yield f"greedy-{kinds}-nocap+recompute{how}", make
-
-
-def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
-    yield "serial", lambda: serial_orders(problem)
-    for prefer in ("BFW", "FBW", "BWF"):
-        for late in ((False, True) if problem.chunks > 1 else (False,)):
-            yield (f"greedy-{prefer}{'-late' if late else ''}",
-                   lambda prefer=prefer, late=late: list_plan(problem, prefer, late))
-    if problem.can_offload:
-        yield "serial+offload", lambda: serial_orders(problem, offload=True)
-    if problem.placement_name == "linear":
-        fit = fitting_k(problem)
-        for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
-            if k >= 2:
-                yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
-    yield from _recompute_plans(problem)
-    for name, orders in _offload_plans(problem):
-        yield name, lambda orders=orders: orders
 
 
 def acceptable(schedule: Schedule) -> bool:
@@ -188,7 +72,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
         return len(out) > kept or not at_least_one
 
-    for name, make in _own_plans(problem):
+    for name, make in own_plans(problem):
         if may_skip() and until():
             break
         try:
