@@ -348,7 +348,8 @@ def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra
 def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     """Find an optimal (or the best found) schedule; see the module docstring."""
     options = options or SolveOptions()
-    budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after)
+    budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after,
+                    options.settings.budget)
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
     if not options.time_limit > 0:

@@ -11,6 +11,27 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class BudgetSettings:
+    """How the time limit is shared out (``ppsolve.solvers.budget``)."""
+
+    warm_start_share: float = 0.2  # of the time limit
+    reserve_share: float = 0.08  # of the time limit, at least, kept for realising and checking
+    # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
+    # backend's calibrated unit), so that a machine about twice as slow (or as loaded) as the bench
+    # machine still ends it by the deterministic limit; and the warm start collects acceptable candidates
+    # while (candidates x ops) stays below warm_start_ops_per_second x this share of its own share (at
+    # least one): one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000
+    # op-tries a CPU second there (see docs/solver.md). Methods that do not apply or refuse the caps are
+    # not counted.
+    deterministic_share: float = 0.5
+    warm_start_ops_per_second: int = 10_000
+    reserve_checks: int = 4  # the reserve is at least this many times one check of the warm start
+    # when the last phase's answers are checked schedules already (the large-neighbourhood search), only
+    # writing one is left: the reserve shrinks to this share of the time limit (or reserve_checks checks)
+    lean_reserve_share: float = 0.01
+
+
+@dataclass(frozen=True)
 class PhaseSettings:
     """How a solve splits its time limit between its phases, and when it switches to windows."""
 
@@ -87,5 +108,6 @@ class LnsSettings:
 class Settings:
     """Every knob of a solve."""
 
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
     phases: PhaseSettings = field(default_factory=PhaseSettings)
     lns: LnsSettings = field(default_factory=LnsSettings)

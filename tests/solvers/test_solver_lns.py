@@ -336,7 +336,7 @@ def test_the_compute_ops_a_pick_frees_are_known_before_its_window_is_built(offlo
 
 def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
     """Every schedule the search keeps is checked: only writing one is left after it, so its limit
-    runs to the deadline less LEAN_RESERVE_SHARE of the time limit, not the usual reserve."""
+    runs to the deadline less lean_reserve_share of the time limit, not the usual reserve."""
     limits = []
     real = lns.improve
 
@@ -355,12 +355,12 @@ def test_the_lean_reserve_never_grows_and_covers_a_few_checks():
     budget = Budget(300, False)
     assert budget.reserve == pytest.approx(24.0)
     budget.lean_reserve(0.1)
-    assert budget.reserve == pytest.approx(3.0)  # LEAN_RESERVE_SHARE of 300 s
+    assert budget.reserve == pytest.approx(3.0)  # lean_reserve_share of 300 s
     budget.lean_reserve(2.0)
     assert budget.reserve == pytest.approx(3.0)
     slow = Budget(300, False)
     slow.lean_reserve(2.0)
-    assert slow.reserve == pytest.approx(8.0)  # RESERVE_CHECKS checks
+    assert slow.reserve == pytest.approx(8.0)  # reserve_checks checks
     tight = Budget(300, False)
     tight.lean_reserve(10.0)
     assert tight.reserve == pytest.approx(24.0)
