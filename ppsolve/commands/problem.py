@@ -5,7 +5,10 @@ Costs from the transformer formulas and a GPU profile; the layer partition given
 lower bound, then the solver on the best few). ``--recompute decide`` writes the
 costs of no recompute and a ``recompute`` block (what full recompute of the blocks
 keeps, and their forward as R's time): which microbatches to recompute is then the
-schedule's choice (contract version 3).
+schedule's choice (contract version 3). ``--tensor-parallel``, ``--sequence-parallel``,
+``--context-parallel``, ``--data-parallel`` and ``--optimizer-sharding`` describe the GPUs
+around each pipeline rank: every figure is then that of one of its GPUs, and the activation
+capacity is what its memory leaves after weights, gradients, optimizer states and a reserve.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "the file says where every number came from; x-partition records the layers per stage.")
     parser.add_argument("model", help="transformer description (ppsolve/transformer@1; `ppsolve schema transformer`)")
     hw = parser.add_mutually_exclusive_group(required=True)
-    hw.add_argument("--gpu", help="a bundled GPU profile: A100, H100, H200, GH200")
+    hw.add_argument("--gpu", help="a bundled GPU profile (A100, H100, H200, GH200, B200, MI300X, L40S, A10G)")
     hw.add_argument("--hardware", help="hardware description (ppsolve/hardware@1): a profile and overrides")
     parser.add_argument("--p2p", choices=("nvlink", "infiniband"), help="link between ranks (default nvlink)")
     add_layout_arguments(parser)
@@ -31,8 +34,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="override the model file's recompute: none, selective, full (fixed, every microbatch; "
                              "full needs --backward fused) or decide (a recompute block: the schedule chooses)")
     parser.add_argument("--capacity", default="hbm", metavar="hbm|none|GIB",
-                        help="activation cap per device: hbm (default: HBM less weights and Adam state), none, "
-                             "or GiB")
+                        help="activation cap per device: hbm (default: GPU memory less weights, gradients, "
+                             "optimizer states and --reserve), none, or GiB")
+    parser.add_argument("--reserve", default="10%", metavar="GIB|N%",
+                        help="memory kept for the runtime (CUDA context, NCCL buffers, fragmentation): GiB or a "
+                             "share of the GPU's memory (default 10%%)")
+    par = parser.add_argument_group("parallelism around each pipeline rank")
+    par.add_argument("--tensor-parallel", type=int, default=1, metavar="T", help="tensor-parallel ranks (default 1)")
+    par.add_argument("--sequence-parallel", action="store_true",
+                     help="Megatron's sequence parallelism over the tensor-parallel ranks")
+    par.add_argument("--context-parallel", type=int, default=1, metavar="C", help="context-parallel ranks (default 1)")
+    par.add_argument("--data-parallel", type=int, default=1, metavar="D", help="data-parallel ranks (default 1)")
+    par.add_argument("--optimizer-sharding", choices=("none", "optimizer", "gradients", "full"), default="none",
+                     help="over the D x C data-parallel ranks: none, optimizer (ZeRO-1, Megatron's distributed "
+                          "optimizer), gradients (ZeRO-2), full (ZeRO-3 / FSDP)")
     parser.add_argument("--partition", default="even", metavar="even|auto|LAYOUT",
                         help="layers per stage: even (default), auto, '3,5,5,3' or 'Et*3|t*5|t*5|t*3L'")
     parser.add_argument("--top", type=int, default=3, metavar="K", help="auto: partitions the solver runs on (3)")
@@ -57,15 +72,30 @@ def _capacity(text: str):
     return value
 
 
+def _reserve(text: str):
+    from ppsolve.errors import InputError
+
+    share = text.endswith("%")
+    try:
+        value = float(text[:-1] if share else text)
+    except ValueError:
+        raise InputError("--reserve", f"must be GiB or a share like 10%, got {text!r}") from None
+    if not 0 <= value < (100 if share else float("inf")):
+        raise InputError("--reserve", f"must be >= 0{' and < 100%' if share else ''}, got {text}")
+    return text if share else value
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ppsolve.costmodel import (Layout, build_problem, hardware_of_gpu, load_hardware, load_transformer,
                                    parse_partition)
+    from ppsolve.costmodel.parallel import Parallelism
     from ppsolve.costmodel.partition import even_partition
     from ppsolve.costmodel.report import render_k_table, render_stages, render_trials
     from ppsolve.errors import InputError
     from ppsolve.jsonio import write_json_atomic
+    from ppsolve.units import warn
 
     for name in ("devices", "chunks", "microbatches", "top"):
         if getattr(args, name) < 1:
@@ -78,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
         hardware = replace(hardware, p2p=args.p2p)
     layout = Layout(devices=args.devices, microbatches=args.microbatches, chunks=args.chunks,
                     placement=args.placement, backward=args.backward, offload=args.offload,
-                    capacity=_capacity(args.capacity))
+                    capacity=_capacity(args.capacity), reserve=_reserve(args.reserve),
+                    parallel=Parallelism(tensor=args.tensor_parallel, sequence=args.sequence_parallel,
+                                         context=args.context_parallel, data=args.data_parallel,
+                                         sharding=args.optimizer_sharding))
     make = lambda partition: build_problem(model, hardware, layout, partition)  # noqa: E731
     if args.partition.strip() == "auto":
         from ppsolve.costmodel.search import search_partition
@@ -93,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
         problem = make(parse_partition(args.partition, model.layers, layout.stages))
     write_json_atomic(args.output, problem.to_dict())
     print(f"{model.name} on {layout.devices} x {hardware.gpu.name} ({hardware.p2p}), {layout.stages} stages "
-          f"{layout.placement}, {layout.microbatches} microbatches, {layout.backward} backward")
+          f"{layout.placement}, {layout.microbatches} microbatches, {layout.backward} backward; "
+          f"{layout.parallel.describe()} (figures per GPU)")
     print(render_stages(problem))
     print(render_k_table(model, hardware))
+    warn(problem, hardware.gpu.hbm_gib)
     print(f"wrote {args.output}")
     return 0

@@ -1,4 +1,8 @@
-"""``ppsolve profile --model models/NAME.json ...``: measure the stages here, write a problem file."""
+"""``ppsolve profile --model MODEL.json ...``: measure the stages here, write a problem file (ms, GiB).
+
+The model is the transformer description ``ppsolve problem`` reads (or a model of
+``models/``); ``--shrink`` measures a smaller model of the same layer types.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,20 @@ from ppsolve.commands.layout_args import add_layout_arguments
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "profile", help="measure each stage's F, B, W times and activation bytes; write a problem file",
-        description="Times in ms, memory in MiB (bandwidth in MiB/ms), measured with one thread on this machine.")
-    parser.add_argument("--model", required=True, help="model description (models/*.json)")
+        description="Times in ms, memory in GiB (bandwidth in GiB/ms), measured with one thread on this machine.")
+    parser.add_argument("--model", required=True,
+                        help="transformer description (ppsolve/transformer@1, as for ppsolve problem) or a model "
+                             "of models/")
+    parser.add_argument("--shrink", metavar="KEY=N,...",
+                        help="measure a smaller model of the same layer types: sizes among layers, hidden, heads, "
+                             "kv_groups, ffn, sequence, vocabulary (e.g. hidden=64,layers=8)")
     add_layout_arguments(parser)
     parser.add_argument("--offload", action="store_true", help="allow offload, with the measured host-copy bandwidth")
     parser.add_argument("--recompute", action="store_true",
                         help="allow recompute: a recompute block with what a recomputed forward keeps (the stage "
                              "input, measured) and R's measured time")
     parser.add_argument("--p2p", type=float, default=0.0, help="p2p latency between devices, ms (default 0)")
-    parser.add_argument("--capacity", type=float, help="activation memory cap per device, MiB (default none)")
+    parser.add_argument("--capacity", type=float, help="activation memory cap per device, GiB (default none)")
     parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
                         help="blocks per stage: even (default), '1,3' or 'Et*1|t*3L'; recorded in the file")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
@@ -33,14 +42,25 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.executor.device import select_device
     from ppsolve.executor.profiler import profile
-    from ppsolve.executor.spec import load_model_spec
+    from ppsolve.executor.spec import load_model_spec, refuse_too_big
     from ppsolve.jsonio import require_directory, write_json_atomic
+    from ppsolve.units import warn
 
     require_directory(args.output)
     for name in ("devices", "chunks", "microbatches", "repeats"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
-    spec = load_model_spec(args.model).with_micro_batch_size(args.micro_batch_size)
+    if args.capacity is not None and not args.capacity > 0:
+        raise InputError("--capacity", f"must be > 0 GiB, got {args.capacity:g}")
+    if args.shrink is not None:
+        from ppsolve.costmodel.descriptions import load_transformer, shrink
+        from ppsolve.executor.spec import spec_of_transformer
+
+        spec = spec_of_transformer(shrink(load_transformer(args.model), args.shrink))
+    else:
+        spec = load_model_spec(args.model)
+    spec = spec.with_micro_batch_size(args.micro_batch_size)
+    refuse_too_big(spec)
     stages = args.devices * args.chunks
     partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
     device = select_device(args.device, 1)
@@ -48,22 +68,24 @@ def run(args: argparse.Namespace) -> int:
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
                       repeats=args.repeats, device=device, partition=partition, recompute=args.recompute)
     write_json_atomic(args.output, problem.to_dict())
+    warn(problem)
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    gib = lambda xs: " ".join(f"{x:.3g}" for x in xs)  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
     print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
     print(f"  partition:          {problem.annotations['x-partition']['layout']}")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")
-    print(f"  activation MiB:     {per(problem.activation)}")
+    print(f"  activation GiB:     {gib(problem.activation)}")
     if problem.split_backward:
-        print(f"  weight_hold MiB:    {per(problem.weight_hold)}")
+        print(f"  weight_hold GiB:    {gib(problem.weight_hold)}")
     if problem.recompute is not None:
-        print(f"  recompute keep MiB: {per(problem.recompute.keep)}")
+        print(f"  recompute keep GiB: {gib(problem.recompute.keep)}")
         print(f"  recompute ms:       {per(problem.recompute.time)}")
     if problem.offload is not None and problem.offload.d2h == problem.offload.h2d:
-        print(f"  host copy MiB/ms:   {problem.offload.d2h:.3f}")
+        print(f"  host copy GiB/ms:   {problem.offload.d2h:.3g}")
     elif problem.offload is not None:
-        print(f"  host copy MiB/ms:   d2h {problem.offload.d2h:.3f}  h2d {problem.offload.h2d:.3f}")
+        print(f"  host copy GiB/ms:   d2h {problem.offload.d2h:.3g}  h2d {problem.offload.h2d:.3g}")
     print(f"wrote {args.output}")
     return 0

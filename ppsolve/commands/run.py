@@ -18,7 +18,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "run", help="execute a schedule with torch (one process per device) and measure it",
         description="Exit 0: ran (and --check passed); 1: a rank failed or the check failed; 2: bad input.")
     parser.add_argument("schedule", help="schedule file (ppsolve/schedule@1)")
-    parser.add_argument("--model", required=True, help="model description (models/*.json)")
+    parser.add_argument("--model", required=True,
+                        help="the transformer description the problem was built from (ppsolve/transformer@1, as "
+                             "for ppsolve problem), or a model of models/")
+    parser.add_argument("--shrink", metavar="KEY=N,...",
+                        help="run a smaller model of the same layer types: sizes among layers, hidden, heads, "
+                             "kv_groups, ffn, sequence, vocabulary (e.g. hidden=64,layers=8,sequence=16,"
+                             "vocabulary=256); the schedule's partition is scaled to the new depth")
     parser.add_argument("--steps", type=int, default=2,
                         help="iterations to run (default 2): the last one is measured; with 2 or more the first is "
                              "a warm-up, excluded from the figures and reported apart")
@@ -35,18 +41,48 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def shrunk(path: str, sizes: str, schedule):
+    """The executor's model of the description at ``path`` shrunk by ``sizes``, and ``schedule`` with its
+    recorded partition scaled to the shrunk depth (the same stages hold the same share of blocks)."""
+    from ppsolve.costmodel.descriptions import shrink, transformer_from_dict
+    from ppsolve.costmodel.partition import ANNOTATION, recorded_partition, scale_partition
+    from ppsolve.errors import InputError
+    from ppsolve.executor.spec import spec_of_transformer
+    from ppsolve.jsonio import read_json
+    from ppsolve.schedule import schedule_from_dict
+
+    data = read_json(path, "model")
+    if isinstance(data, dict) and data.get("kind") == "mlp":
+        raise InputError("--shrink", "applies to a transformer description, not to the MLP of models/mlp-tiny.json")
+    full = transformer_from_dict(data)
+    model = shrink(full, sizes)
+    problem = schedule.problem
+    recorded = recorded_partition(problem.annotations, full.layers, problem.num_stages)
+    if recorded is not None and model.layers != full.layers:
+        raw = schedule.to_dict()
+        raw["problem"][ANNOTATION] = scale_partition(recorded, model.layers).annotation()
+        schedule = schedule_from_dict(raw)
+    return spec_of_transformer(model), schedule
+
+
 def run(args: argparse.Namespace) -> int:
     from ppsolve.jsonio import require_directory, write_json_atomic
+    from ppsolve.executor.spec import load_model_spec, refuse_too_big
     from ppsolve.schedule import load_schedule
 
     if args.trace:
         require_directory(args.trace)
     schedule = load_schedule(args.schedule)  # bad input is answered before torch is imported
+    if args.shrink is None:
+        model = load_model_spec(args.model)
+    else:
+        model, schedule = shrunk(args.model, args.shrink, schedule)
+    refuse_too_big(model)
 
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
     from ppsolve.executor.report import chrome_trace, render, stage_bytes
-    outcome = execute(schedule, args.model, steps=args.steps, check=args.check, runtime=args.runtime,
+    outcome = execute(schedule, model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
         return 0  # a torchrun rank other than 0: rank 0 reports

@@ -15,6 +15,7 @@ from ppsolve.problem import load_problem
 from ppsolve.schedule import schedule_from_dict
 from ppsolve.solvers.api import DEFAULT_TIME_LIMIT
 from ppsolve.solvers.backends import BACKENDS
+from ppsolve.units import warn as warn_implausible
 
 # Of --time-limit, the share (at most AFTER_MAX seconds) kept after the solve for writing the file and
 # comparing with the published schedules (the comparison is skipped when it does not fit).
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--makespan-limit", "applies only with --objective memory")
     require_directory(args.output)
     problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
+    warn_implausible(problem)
     warm_schedule = _warm_schedule(args.warm_start)
     from ppsolve.solvers import SolveOptions, solve
     started = _process_start()
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "peak_memory": schedule.peak_memory, "capacity": list(schedule.problem.capacity),
         "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(),
         "recomputed": schedule.recomputed, "recomputed_by_stage": schedule.recomputed_by_stage(),
-        "interrupted": result.interrupted,
+        "interrupted": result.interrupted, "units": dict(zip(("time", "memory"), schedule.problem.units)),
         "from_warm_start": result.from_warm_start, "notes": result.notes,
     }
     if advice is not None:
@@ -125,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
     peaks = ", ".join(f"{p:g}" for p in schedule.peak_memory)
     caps = ", ".join("-" if c is None else f"{c:g}" for c in schedule.problem.capacity)
     head = "interrupted: best so far" if result.interrupted else result.status.value
-    print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g}, "
-          f"gap {result.gap:.2%}, {result.seconds:.1f} s")
+    time_unit, memory_unit = schedule.problem.units
+    print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g} "
+          f"({time_unit}), gap {result.gap:.2%}, {result.seconds:.1f} s")
     recomputed = f", recomputed {schedule.recomputed}" if schedule.problem.recompute is not None else ""
-    print(f"peak memory [{peaks}] (capacity [{caps}]), offloaded {schedule.offloaded:g}{recomputed}, "
+    print(f"peak memory [{peaks}] (capacity [{caps}]) {memory_unit}, offloaded {schedule.offloaded:g}{recomputed}, "
           f"bubble {schedule.bubble_ratio:.1%}")
     if schedule.offloaded:
         print(f"to host memory: {schedule.describe_offload()}")

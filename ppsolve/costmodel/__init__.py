@@ -1,8 +1,9 @@
 """From a model description and a GPU to a problem file: the cost model.
 
 Modules: ``descriptions`` (transformer and hardware files, bundled GPU profiles,
-their JSON Schemas in ``ppsolve/schemas/``), ``formulas`` (FLOPs and bytes per part of the
-model), ``partition`` (blocks per stage, as text and as the ``x-partition``
+their JSON Schemas in ``ppsolve/schemas/``, the shrink of a model), ``parallel`` (tensor,
+sequence, context and data parallelism, optimizer sharding, bytes per parameter),
+``formulas`` (FLOPs and bytes per part of the model on one GPU), ``partition`` (blocks per stage, as text and as the ``x-partition``
 annotation), ``build`` (the problem of one partition) and ``search`` (the
 partition as a decision). Imports no solver until a search runs, and never torch.
 """
@@ -11,8 +12,9 @@ from ppsolve.costmodel.build import Layout, build_problem, problem_data
 from ppsolve.costmodel.descriptions import (Hardware, Transformer, bundled_gpus, hardware_from_dict, hardware_of_gpu,
                                             load_hardware, load_transformer, transformer_from_dict)
 from ppsolve.costmodel.formulas import offload_k
+from ppsolve.costmodel.parallel import Parallelism
 from ppsolve.costmodel.partition import Partition, even_partition, parse_partition, recorded_partition
 
-__all__ = ["Hardware", "Layout", "Partition", "Transformer", "build_problem", "bundled_gpus", "even_partition",
+__all__ = ["Hardware", "Layout", "Parallelism", "Partition", "Transformer", "build_problem", "bundled_gpus", "even_partition",
            "hardware_from_dict", "hardware_of_gpu", "load_hardware", "load_transformer", "offload_k",
            "parse_partition", "problem_data", "recorded_partition", "transformer_from_dict"]

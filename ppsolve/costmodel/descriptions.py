@@ -24,7 +24,9 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Transformer:
-    """A decoder-only transformer: sizes (h, s, b, V, ...), precision and recomputation."""
+    """A decoder-only transformer: sizes (h, s, b, V, ...), precision, recomputation, and the layer
+    types the executor builds (GPT-style: LayerNorm, learned positions, biases; Llama-style:
+    RMSNorm, rotary positions, a gated MLP, GQA)."""
 
     layers: int
     hidden: int
@@ -39,6 +41,15 @@ class Transformer:
     flash_attention: bool = True
     recompute: str = "none"
     name: str = "transformer"
+    norm: str = "layernorm"
+    position: str = "learned"
+    bias: bool = False
+    seed: int = 0
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     @property
     def dtype_bytes(self) -> int:
@@ -60,8 +71,38 @@ class Transformer:
         return {"format": "ppsolve/transformer@1", **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
+OLD_FORMAT = "ppsolve/model@1"
+TRANSFORMER_FORMAT = "ppsolve/transformer@1"
+
+
+def is_old_format(data: Any) -> bool:
+    """Whether ``data`` is the executor's former model format (``ppsolve/model@1``, with ``kind``)."""
+    return isinstance(data, dict) and (data.get("format") == OLD_FORMAT or ("format" not in data and "kind" in data))
+
+
+def fold_old_format(data: dict, where: str = "model") -> dict:
+    """A ``ppsolve/model@1`` GPT file as the transformer description it always meant: LayerNorm, learned
+    positions, biases, a GeLU MLP of 4h, full attention heads. Its MLP kind has no transformer to fold into."""
+    if data.get("kind") != "gpt":
+        raise InputError(f"{where}.kind", f"a {OLD_FORMAT} model of kind {data.get('kind')!r} is no transformer: "
+                                          f"only the executor's toy MLP (kind mlp) and GPT files of that format are "
+                                          f"read; describe the model as {TRANSFORMER_FORMAT} (ppsolve schema "
+                                          "transformer)")
+    renamed = {"vocab": "vocabulary", "seq_len": "sequence"}
+    known = {"format", "name", "kind", "micro_batch_size", "seed", "vocab", "hidden", "heads", "layers", "seq_len"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", f"unknown field for a {OLD_FORMAT} 'gpt' model")
+    out = {renamed.get(k, k): v for k, v in data.items() if k not in ("format", "kind")}
+    out.setdefault("micro_batch_size", 2)
+    return {"format": TRANSFORMER_FORMAT, **out, "norm": "layernorm", "position": "learned", "bias": True}
+
+
 def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
-    """Validate a transformer description; InputError names the bad field."""
+    """Validate a transformer description (a ``ppsolve/model@1`` GPT file is folded in first);
+    InputError names the bad field."""
+    if is_old_format(data):
+        data = fold_old_format(data, where)
     validate(data, "transformer", where)
     hidden, heads = data["hidden"], data["heads"]
     if hidden % heads:
@@ -77,6 +118,35 @@ def transformer_from_dict(data: Any, where: str = "model") -> Transformer:
 
 def load_transformer(path: str | Path) -> Transformer:
     return transformer_from_dict(read_json(path, "model"))
+
+
+SHRINKABLE = ("layers", "hidden", "heads", "kv_groups", "ffn", "sequence", "vocabulary")
+
+
+def shrink(model: Transformer, text: str, where: str = "--shrink") -> Transformer:
+    """``model`` with the sizes ``text`` gives (``hidden=64,layers=8,sequence=16,vocabulary=256``): the
+    layer types stay; heads, key/value groups and the MLP width follow the hidden size unless given
+    (head size at least 16, the GQA ratio and ffn / hidden kept)."""
+    sizes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in SHRINKABLE:
+            raise InputError(where, f"unknown size {key!r}; give any of {', '.join(SHRINKABLE)} as KEY=N")
+        if not value.isdigit() or int(value) < 1:
+            raise InputError(f"{where}.{key}", f"must be an integer >= 1, got {value!r}")
+        sizes[key] = int(value)
+    hidden = sizes.get("hidden", model.hidden)
+    ratio = model.heads // model.kv_groups
+    if "heads" in sizes:
+        heads = sizes["heads"]
+    else:
+        kv = max(1, min(model.kv_groups, hidden // 16 // ratio))
+        heads = kv * ratio
+    kv_groups = sizes.get("kv_groups", max(1, heads // ratio))
+    ffn = sizes.get("ffn", max(1, round(model.ffn * hidden / model.hidden)))
+    data = {**model.to_dict(), **sizes, "hidden": hidden, "heads": heads, "kv_groups": kv_groups, "ffn": ffn,
+            "name": f"{model.name} shrunk"}
+    return transformer_from_dict(data, where)
 
 
 @dataclass(frozen=True)
@@ -105,12 +175,15 @@ def bundled_gpus() -> dict[str, Gpu]:
             for name, entry in data["gpus"].items()}
 
 
-def gpu_named(name: str, where: str = "hardware.gpu") -> Gpu:
-    """A bundled GPU profile, case-insensitively; a miss lists the known ones."""
+def gpu_named(name: str, where: str = "hardware.gpu", hint: str | None = None) -> Gpu:
+    """A bundled GPU profile, case-insensitively; a miss lists the known ones and says how to describe another."""
     try:
         return bundled_gpus()[name.upper()]
     except KeyError:
-        raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}") from None
+        how = hint or ("for another GPU pass --hardware FILE naming it with all its figures "
+                       "(the file's schema: ppsolve schema hardware)")
+        raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}; "
+                                f"{how}") from None
 
 
 @dataclass(frozen=True)
@@ -135,8 +208,12 @@ class Hardware:
 def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
     """Validate a hardware description; InputError names the bad field."""
     validate(data, "hardware", where)
-    gpu = gpu_named(data["gpu"], f"{where}.gpu")
     overrides = {k: data[k] for k in _GPU_FIGURES if k in data}
+    if data["gpu"].upper() not in bundled_gpus() and len(overrides) == len(_GPU_FIGURES):
+        gpu = Gpu(name=data["gpu"], **overrides)  # a GPU of its own: every figure given
+    else:
+        missing = [k for k in _GPU_FIGURES if k not in overrides]
+        gpu = gpu_named(data["gpu"], f"{where}.gpu", hint=f"or give all its figures (missing: {', '.join(missing)})")
     return Hardware(gpu=replace(gpu, **overrides), p2p=data.get("p2p", "nvlink"),
                     p2p_latency_ms=float(data.get("p2p_latency_ms", 0.01)), overridden=tuple(sorted(overrides)))
 

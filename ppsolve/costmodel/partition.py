@@ -122,3 +122,21 @@ def recorded_partition(annotations: dict[str, Any], layers: int, stages: int,
     if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
         raise InputError(f"{where}.layers", "must be a list of layer counts, one per stage")
     return checked(Partition(tuple(counts)), layers, stages, f"{where}.layers")
+
+
+def scale_partition(partition: Partition, layers: int, where: str = "--shrink.layers") -> Partition:
+    """``partition`` cut down (or up) to ``layers`` blocks in the same proportions: each stage's share by
+    largest remainder, a stage that held blocks keeps at least one (for a shrunk model's CPU check)."""
+    least = [1 if count else 0 for count in partition.layers]
+    if layers < sum(least):
+        raise InputError(where, f"must be >= {sum(least)}: the partition {partition.layout} has that many stages "
+                                "holding blocks")
+    spare = layers - sum(least)
+    weights = [max(count - low, 0) for count, low in zip(partition.layers, least)]
+    total = sum(weights)
+    exact = [spare * w / total if total else 0.0 for w in weights]
+    counts = [int(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda s: (exact[s] - counts[s], weights[s]), reverse=True)
+    for s in order[:spare - sum(counts)]:
+        counts[s] += 1
+    return Partition(tuple(low + c for low, c in zip(least, counts)))

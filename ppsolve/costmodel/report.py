@@ -27,13 +27,35 @@ def render_stages(problem: Problem) -> str:
         lines.append(_row("weight_hold GiB", problem.weight_hold))
     if problem.recompute is not None:
         lines += [_row("recompute keep GiB", problem.recompute.keep), _row("recompute ms", problem.recompute.time)]
+    memory = (problem.annotations.get("x-costmodel") or {}).get("memory")
+    if memory:
+        lines += _memory_rows(memory)
     caps = ", ".join("none" if c is None else f"{c:.1f}" for c in problem.capacity)
-    lines.append(f"  p2p {problem.p2p:g} ms; capacity per device GiB: {caps}")
+    lines.append(f"  p2p {problem.p2p:g} ms; activation capacity per device GiB: {caps}")
     if problem.offload is not None:
         links = [list(link) for link in problem.offload.links]
         shared = f" (shared links {links})" if problem.offload.links_given else ""
         lines.append(f"  host link {problem.offload.d2h:g} GiB/ms per direction{shared}")
     return "\n".join(lines)
+
+
+def _memory_rows(memory: dict) -> list[str]:
+    """Static memory per stage and, per device, static + reserve + what is left of the GPU's memory."""
+    stages = memory["stages"]
+    per = memory["bytes_per_param"]
+    lines = [_row("params (M)", [f"{s['params'] / 1e6:.1f}" for s in stages]),
+             _row("weights GiB", [s["weights"] for s in stages]),
+             _row("gradients GiB", [s["gradients"] for s in stages]),
+             _row("optimizer GiB", [s["optimizer"] for s in stages])]
+    lines.append(f"  bytes per parameter: {per['weights']:g} weights + {per['gradients']:g} gradients + "
+                 f"{per['optimizer']:g} optimizer states")
+    devices = memory["devices"]
+    lines += [f"  per device, of the GPU's {memory['gpu_memory']:g} GiB:",
+              _row("device", list(range(len(devices)))),
+              _row("static GiB", [f["static"] for f in devices]),
+              _row("reserve GiB", [f["reserve"] for f in devices]),
+              _row("left GiB", [f["left"] for f in devices])]
+    return lines
 
 
 def render_k_table(model: Transformer, hardware: Hardware) -> str:

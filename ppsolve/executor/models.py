@@ -1,4 +1,9 @@
-"""Layers of the bundled models, their cut into stages, the data and the loss.
+"""Layers of the models, their cut into stages, the data and the loss.
+
+A transformer description builds GPT-style blocks (LayerNorm, learned positions,
+biases, a GeLU MLP) or Llama-style ones (RMSNorm, rotary positions, a gated SiLU
+MLP, grouped-query attention), as its fields say; attention is written out (no
+fused kernels).
 
 Every part is built in one global order from the model's seed, so every rank and
 the single-process reference hold identical weights. Parameter names are global
@@ -18,46 +23,80 @@ from torch import nn
 from ppsolve.executor.spec import ModelSpec
 
 
+def _norm(kind: str, hidden: int) -> nn.Module:
+    return nn.LayerNorm(hidden) if kind == "layernorm" else nn.RMSNorm(hidden, eps=1e-5)
+
+
 class Embedding(nn.Module):
-    def __init__(self, vocab: int, hidden: int, seq_len: int):
+    """Token embedding, plus learned positions when the model has them."""
+
+    def __init__(self, vocab: int, hidden: int, seq_len: int, learned_positions: bool = True):
         super().__init__()
         self.tokens = nn.Embedding(vocab, hidden)
-        self.position = nn.Parameter(torch.randn(seq_len, hidden) * 0.02)
+        self.position = nn.Parameter(torch.randn(seq_len, hidden) * 0.02) if learned_positions else None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.tokens(ids) + self.position
+        x = self.tokens(ids)
+        return x if self.position is None else x + self.position
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (the half-split form of GPT-NeoX and Llama)."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block with causal self-attention (written out, no fused kernels)."""
+    """Pre-norm transformer block with causal self-attention: GQA when ``kv_groups`` < ``heads``, rotary
+    positions, a gated MLP, RMSNorm and biases as the description says."""
 
-    def __init__(self, hidden: int, heads: int):
+    def __init__(self, hidden: int, heads: int, kv_groups: int | None = None, ffn: int | None = None,
+                 gated: bool = False, norm: str = "layernorm", rotary: bool = False, bias: bool = True):
         super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, 4 * hidden)
-        self.fc2 = nn.Linear(4 * hidden, hidden)
+        self.heads, self.groups = heads, kv_groups or heads
+        self.head_dim = hidden // heads
+        kv = self.groups * self.head_dim
+        ffn = ffn or 4 * hidden
+        self.gated = gated
+        self.ln1 = _norm(norm, hidden)
+        self.qkv = nn.Linear(hidden, hidden + 2 * kv, bias=bias)
+        self.proj = nn.Linear(hidden, hidden, bias=bias)
+        self.ln2 = _norm(norm, hidden)
+        self.fc1 = nn.Linear(hidden, (2 if gated else 1) * ffn, bias=bias)
+        self.fc2 = nn.Linear(ffn, hidden, bias=bias)
+        self.rotary = rotary
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, hidden = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(hidden, dim=-1)
-        shape = (batch, seq, self.heads, hidden // self.heads)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(hidden // self.heads)
+        kv = self.groups * self.head_dim
+        q, k, v = self.qkv(self.ln1(x)).split((hidden, kv, kv), dim=-1)
+        q = q.reshape(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (t.reshape(batch, seq, self.groups, self.head_dim).transpose(1, 2) for t in (k, v))
+        if self.rotary:  # angles made per call: each microbatch's saved tensors are its own
+            inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, device=x.device) / self.head_dim))
+            angles = torch.outer(torch.arange(seq, device=x.device, dtype=inv.dtype), inv).repeat(1, 2)
+            cos, sin = angles.cos(), angles.sin()
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if self.groups != self.heads:
+            k, v = (t.repeat_interleave(self.heads // self.groups, dim=1) for t in (k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
         mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
         attn = scores.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
         x = x + self.proj(attn.transpose(1, 2).reshape(batch, seq, hidden))
-        return x + self.fc2(nnf.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+        inner = self.fc1(self.ln2(x))
+        if self.gated:
+            gate, up = inner.chunk(2, dim=-1)
+            inner = nnf.silu(gate) * up
+        else:
+            inner = nnf.gelu(inner, approximate="tanh")
+        return x + self.fc2(inner)
 
 
 class Head(nn.Module):
-    def __init__(self, hidden: int, out: int):
+    def __init__(self, hidden: int, out: int, norm: str = "layernorm", bias: bool = True):
         super().__init__()
-        self.norm = nn.LayerNorm(hidden)
-        self.out = nn.Linear(hidden, out)
+        self.norm = _norm(norm, hidden)
+        self.out = nn.Linear(hidden, out, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(self.norm(x))
@@ -93,11 +132,12 @@ def build_parts(spec: ModelSpec) -> dict[str, nn.Module]:
     torch.manual_seed(spec.seed)
     d = spec.dims
     parts: dict[str, nn.Module] = {}
-    if spec.kind == "gpt":
-        parts["embed"] = Embedding(d["vocab"], d["hidden"], d["seq_len"])
+    if spec.kind == "transformer":
+        parts["embed"] = Embedding(d["vocabulary"], d["hidden"], d["sequence"], d["position"] == "learned")
         for i in range(d["layers"]):
-            parts[f"block{i}"] = Block(d["hidden"], d["heads"])
-        parts["head"] = Head(d["hidden"], d["vocab"])
+            parts[f"block{i}"] = Block(d["hidden"], d["heads"], d["kv_groups"], d["ffn"], d["gated_mlp"], d["norm"],
+                                       d["position"] == "rotary", d["bias"])
+        parts["head"] = Head(d["hidden"], d["vocabulary"], d["norm"], d["bias"])
     else:
         parts["embed"] = nn.Linear(d["width"], d["width"])
         for i in range(d["layers"]):
@@ -130,22 +170,23 @@ def microbatch(spec: ModelSpec, index: int) -> tuple[torch.Tensor, torch.Tensor]
     """Input and target of microbatch ``index``: fixed by the model's seed and the index."""
     gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + index + 1)
     b, d = spec.micro_batch_size, spec.dims
-    if spec.kind == "gpt":
-        shape = (b, d["seq_len"])
-        return (torch.randint(d["vocab"], shape, generator=gen), torch.randint(d["vocab"], shape, generator=gen))
+    if spec.kind == "transformer":
+        shape = (b, d["sequence"])
+        return (torch.randint(d["vocabulary"], shape, generator=gen),
+                torch.randint(d["vocabulary"], shape, generator=gen))
     return torch.randn(b, d["width"], generator=gen), torch.randn(b, d["width"], generator=gen)
 
 
 def boundary_shape(spec: ModelSpec) -> tuple[int, ...]:
     """Shape of the tensor passed between two stages (and of its gradient)."""
-    if spec.kind == "gpt":
-        return (spec.micro_batch_size, spec.dims["seq_len"], spec.dims["hidden"])
+    if spec.kind == "transformer":
+        return (spec.micro_batch_size, spec.dims["sequence"], spec.dims["hidden"])
     return (spec.micro_batch_size, spec.dims["width"])
 
 
 def loss_fn(spec: ModelSpec):
     """The per-microbatch loss (a mean over its samples); one iteration's loss is the mean over microbatches."""
-    if spec.kind == "gpt":
-        vocab = spec.dims["vocab"]
+    if spec.kind == "transformer":
+        vocab = spec.dims["vocabulary"]
         return lambda out, target: nnf.cross_entropy(out.reshape(-1, vocab), target.reshape(-1))
     return nnf.mse_loss

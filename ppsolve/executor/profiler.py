@@ -5,7 +5,8 @@ executor's own code on microbatch 0's real input (median of ``repeats`` runs aft
 ``warmup``), and the bytes its saved tensors hold. With ``recompute``, also what a
 recomputed forward keeps (its input: the problem's ``recompute.keep``) and R, the
 forward rerun from it with autograd (``recompute.time``). Units of the problem file:
-milliseconds and MiB (bandwidth in MiB per ms). One thread, as each rank uses.
+milliseconds and GiB (bandwidth in GiB per ms), named in its ``x-units``; the exact
+bytes are kept in ``x-profile``. One thread, as each rank uses.
 Fused backward: one backward pass is timed and split half and half between
 ``backward_input`` and ``backward_weight`` (only their sum counts then). On CUDA
 (``device="cuda"``: cuda:0, TF32 off) the ops are timed with CUDA events and the
@@ -26,8 +27,10 @@ from ppsolve.executor.device import CpuDevice, Device, make_device
 from ppsolve.executor.spec import ModelSpec
 from ppsolve.executor.stage import SavedBytes, Stage
 from ppsolve.problem import PROBLEM_FORMAT, expand_placement, problem_from_dict, Problem
+from ppsolve.units import UNITS_ANNOTATION, file_units
 
-MIB = float(2**20)
+GIB = float(2**30)
+MIB_PER_GIB = 1024  # the device measures host copies in MiB per ms
 
 
 @dataclass
@@ -102,8 +105,8 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         fwd.append(round(m.forward, 6))
         bwd_in.append(round(b, 6))
         bwd_w.append(round(w, 6))
-        act.append(m.activation / MIB)
-        holds.append(m.hold / MIB)
+        act.append(m.activation / GIB)
+        holds.append(m.hold / GIB)
         keeps.append(m.keep)
         rec.append(round(m.recompute, 6))
         with torch.no_grad():
@@ -115,15 +118,16 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
         "time": {"forward": fwd, "backward_input": bwd_in, "backward_weight": bwd_w, "p2p": p2p},
         "memory": {"activation": act, "weight_hold": holds if split else 0, "capacity": capacity},
         ANNOTATION: partition.annotation(),
-        "x-profile": {"model": spec.to_dict(), "units": {"time": "ms", "memory": "MiB"},
+        UNITS_ANNOTATION: file_units(),
+        "x-profile": {"model": spec.to_dict(),
                       "torch": torch.__version__, "threads": 1, "device": dev.kind,
-                      "activation_bytes": [int(a * MIB) for a in act],
-                      "weight_hold_bytes": [int(h * MIB) for h in holds]},
+                      "activation_bytes": [int(round(a * GIB)) for a in act],
+                      "weight_hold_bytes": [int(round(h * GIB)) for h in holds]},
     }
     if recompute:
-        data["recompute"] = {"keep": [k / MIB for k in keeps], "time": rec}
+        data["recompute"] = {"keep": [k / GIB for k in keeps], "time": rec}
         data["x-profile"]["keep_bytes"] = keeps
     if offload:
-        d2h, h2d = dev.copy_bandwidth(int(max(act) * MIB))
-        data["offload"] = {"fraction": 1, "bandwidth": {"d2h": round(d2h, 6), "h2d": round(h2d, 6)}}
+        d2h, h2d = (bw / MIB_PER_GIB for bw in dev.copy_bandwidth(int(max(act) * GIB)))
+        data["offload"] = {"fraction": 1, "bandwidth": {"d2h": round(d2h, 9), "h2d": round(h2d, 9)}}
     return problem_from_dict(data)

@@ -85,7 +85,7 @@ class LnsSettings:
     # its device sits idle before is drawn again, up to this many draws in all (1: any draw). Continuing
     # from a 300 s vsh2-d32 schedule with one draw, 1 of the 118 windows centred in 0.3-0.8 of the
     # makespan, where device 0 is busy throughout, shortened its path; 26 of the other 140 did
-    # (docs/solver.md, benchmarks/window_positions.py)
+    # (docs/solver.md, benchmarks/window_positions.py@5331613)
     idle_draws: int = 8
     # Tail windows (schedules without transfers, where later ops keep their order): once the ordinary
     # windows have not shortened the schedule for tail_stall of the search's time, the rest of it goes
@@ -94,7 +94,7 @@ class LnsSettings:
     # windows are time slices: they cannot take work of the busiest device from before its last
     # admission into the idle of the drain after it, which is what bounds the V-shapes (vsh2-d16-m64:
     # 2364.1 -> 2344.9 in 256 s of tail windows after a 300 s solve, ordinary windows 2362.0; from
-    # another start 2360.4 -> 2354.7, ordinary windows 2349.5: benchmarks/tail_windows.py). Given the
+    # another start 2360.4 -> 2354.7, ordinary windows 2349.5: benchmarks/tail_windows.py@5331613). Given the
     # last half of every search, they made 300 s solves longer (vsh2-d16 2384.2, vsh2-d32 4972.2): the
     # ordinary windows need that time first.
     tail_stall: float = 0.15

@@ -3,6 +3,7 @@ bound's own cut switched off) with offload, on small random problems with tight 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,6 +88,7 @@ def spaced_problems(draw, offload: bool = True) -> Problem:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems())
+@pytest.mark.slow
 def test_admission_bound_never_exceeds_a_proven_optimum(problem):
     best = proven_optimum(problem)
     if best is not None:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ppsolve.bounds import makespan_lower_bound
-from ppsolve.cli import main
 from ppsolve.problem import load_problem, problem_from_dict
 from ppsolve.solvers.split_bound import _chain, _least, split_bound, why_not
 from tests.helpers import make_problem
@@ -84,15 +83,17 @@ def test_split_is_refused_where_the_model_is_no_relaxation():
     assert refused.best is None and "offload" in refused.reason
 
 
-def test_bound_command_prints_the_split(tmp_path, capsys):
+def test_bound_command_prints_the_split(tmp_path, cli):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(LINEAR_4X8))
-    assert main(["bound", str(path), "--split", "90", "--threads", "1"]) == 0
-    out = capsys.readouterr().out
+    printed = cli("bound", path, "--split", 90, "--threads", 1)
+    assert printed.code == 0
+    out = printed.out
     assert out.startswith("makespan >= 464.6  (split into smaller problems, proven by CP-SAT)")
     assert "464.6 = A(3) + OPT(6) = 103.2 + 361.4 (A(n): the least start of the last F(0) with n microbatches" in out
-    assert main(["bound", str(path), "--split", "90", "--threads", "1", "--json"]) == 0
-    out, err = capsys.readouterr()
+    printed = cli("bound", path, "--split", 90, "--threads", 1, "--json")
+    assert printed.code == 0
+    out, err = printed.out, printed.err
     data = json.loads(out)
     # each smaller problem is reported on stderr as it is done, so a long --split is not silent
     assert "  split: A(2) = 7  (" in err and "  split: OPT(6) = 361.4  (" in err
@@ -102,10 +103,11 @@ def test_bound_command_prints_the_split(tmp_path, capsys):
                                       "rest": pytest.approx(361.4), "proven": True}
     assert data["split"]["entries"][0] == {"microbatches": 2, "bound": pytest.approx(7.0), "proven": True}
     assert data["split"]["reason"] is None
-    assert main(["bound", str(path), "--split", "0"]) == 2
-    assert "split: must be > 0 seconds" in capsys.readouterr().err
+    refused = cli("bound", path, "--split", 0)
+    assert refused.code == 2 and "split: must be > 0 seconds" in refused.err
 
 
+@pytest.mark.slow
 def test_the_smaller_sizes_cuts_keep_the_optimum():
     """With every smaller size's proven bound as a cut (``_known_cuts``), the whole 4 x 8 model still
     reaches the optimum the plain model proves: the cuts remove no optimal schedule."""

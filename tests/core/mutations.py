@@ -1,7 +1,7 @@
 """Hypothesis strategies that damage ppsolve's bundled problem and schedule files.
 
 Shared by the CI fuzz test (tests/core/test_fuzz.py) and the longer campaign
-(benchmarks/fuzz_campaign.py). A mutation picks a place in the JSON tree and
+(benchmarks/reports/fuzz_campaign.py). A mutation picks a place in the JSON tree and
 changes its type, puts in NaN/inf or huge and tiny numbers, changes a list's
 length, adds an unknown (often misspelt) field, drops or duplicates an op,
 nests a value deeply, removes the offload block, or damages the text itself.

@@ -13,16 +13,6 @@ GPT = MODELS / "gpt-tiny.json"
 MLP = MODELS / "mlp-tiny.json"
 
 
-@pytest.fixture(scope="module")
-def mlp8(tmp_path_factory):
-    """mlp-tiny with 8 layers, for 8 stages."""
-    import json
-    data = json.loads(MLP.read_text())
-    data["layers"] = 8
-    path = tmp_path_factory.mktemp("models") / "mlp-8.json"
-    path.write_text(json.dumps(data))
-    return path
-
 
 @pytest.mark.parametrize("method,ranks,chunks,placement,model", [
     ("1f1b", 4, 1, "linear", MLP),
@@ -31,6 +21,7 @@ def mlp8(tmp_path_factory):
     ("interleaved-1f1b", 2, 2, "interleaved", GPT),
     ("zb-v", 2, 2, "vshape", GPT),
 ])
+@pytest.mark.slow
 def test_baseline_schedule_runs_and_matches_the_reference(method, ranks, chunks, placement, model):
     prob = problem(ranks, 2 * ranks, chunks=chunks, placement=placement)
     schedule = run_method(method, prob, RunOptions())
@@ -40,6 +31,7 @@ def test_baseline_schedule_runs_and_matches_the_reference(method, ranks, chunks,
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.slow
 def test_solver_schedule_with_offload_runs_and_matches_the_reference(ranks, mlp8):
     # V-shape at a cap of 2.5 activations: 1F1B-like orders need more, so the solver offloads.
     prob = problem(ranks, 2 * ranks, chunks=2, placement="vshape", offload=True).replace(capacity=2.5)

@@ -117,6 +117,7 @@ def test_channel_order_follows_the_senders_list():
 
 
 @pytest.mark.parametrize("placement, offload", [("interleaved", False), ("vshape", True)])
+@pytest.mark.slow
 def test_ordered_channels_deliver_every_message_to_its_op(placement, offload):
     # NCCL's protocol on gloo: untagged messages, one group per direction, receives posted
     # in the sender's order when needed. A message in the wrong buffer breaks the gradients.

@@ -24,14 +24,6 @@ def _assert_peaks_match(outcome):
         assert fig.measured_peak > 0
 
 
-@pytest.fixture
-def mlp8(tmp_path):
-    data = json.loads(MLP.read_text())
-    data["layers"] = 8
-    path = tmp_path / "mlp8.json"
-    path.write_text(json.dumps(data))
-    return path
-
 
 def test_1f1b_two_ranks_split_gradients_and_peak():
     prob = problem(2, 4)
@@ -42,6 +34,7 @@ def test_1f1b_two_ranks_split_gradients_and_peak():
     assert outcome.figures[0].measured_peak == 2 * outcome.results[0].activation_bytes[0][0]
 
 
+@pytest.mark.slow
 def test_1f1b_four_ranks_fused_mlp():
     prob = problem(4, 4, split=False)
     schedule = make(prob, pipelined_orders(prob, lag=3), "1f1b-fused")
@@ -49,6 +42,7 @@ def test_1f1b_four_ranks_fused_mlp():
     _assert_peaks_match(outcome)
 
 
+@pytest.mark.slow
 def test_zb_h1_like_four_ranks_delayed_w():
     prob = problem(4, 6)
     schedule = make(prob, pipelined_orders(prob, lag=3, w_delay=2), "delayed-w")
@@ -62,12 +56,14 @@ def test_interleaved_two_ranks():
     _assert_peaks_match(run_schedule_and_compare(schedule, GPT))
 
 
+@pytest.mark.slow
 def test_vshape_four_ranks_eight_stages(mlp8):
     prob = problem(4, 4, chunks=2, placement="vshape")
     schedule = make(prob, pipelined_orders(prob, lag=2, w_delay=1), "v-order")
     _assert_peaks_match(run_schedule_and_compare(schedule, mlp8))
 
 
+@pytest.mark.slow
 def test_offload_lowers_the_peak_and_matches_prediction():
     # Stage 0's F is twice stage 1's, so device 1 idles between forwards and each
     # planned OFFLOAD ends before the next allocation: the plan's timing and the
@@ -85,6 +81,7 @@ def test_offload_lowers_the_peak_and_matches_prediction():
     assert moved == [with_offload.results[1].activation_bytes[1][0]] * 3
 
 
+@pytest.mark.slow
 def test_torch_runtime_split_backward_vshape():
     prob = problem(2, 4, chunks=2, placement="vshape")
     schedule = make(prob, pipelined_orders(prob, lag=1, w_delay=1), "v-order")
@@ -121,6 +118,7 @@ def test_profile_then_run_end_to_end(tmp_path):
     _assert_peaks_match(outcome)
 
 
+@pytest.mark.slow
 def test_uneven_partition_profiled_and_run_from_the_problem_file(tmp_path, capsys):
     # 4 blocks on 3 stages cannot be split evenly: the partition recorded by profile is what runs.
     from ppsolve.cli import main

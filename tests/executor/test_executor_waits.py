@@ -204,6 +204,7 @@ def _peaks_match(outcome):
 
 
 @pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.slow
 def test_full_offload_1f1b_runs_with_its_predicted_peak(devices):
     # Half-duplex link: each RELOAD follows the OFFLOAD before it on the one lane, so no planned
     # allocation overlaps an offload still in flight, and the synchronous CPU copies hold what the
@@ -223,6 +224,7 @@ def test_full_offload_1f1b_runs_with_its_predicted_peak(devices):
     assert moved == [acts[0]] * 4
 
 
+@pytest.mark.slow
 def test_full_offload_1f1b_duplex_measures_below_the_plan_on_cpu():
     # Duplex link: the plan starts RELOAD(0,j) beside OFFLOAD(0,j+1) and counts both microbatches;
     # on CPU the copies are synchronous, the offload ends first, and the rank holds one.

@@ -147,6 +147,7 @@ def _random_problem(rng: random.Random):
 CASES = 44
 
 
+@pytest.mark.slow
 def test_recompute_optimum_equals_brute_force():
     # the least makespan (solve), then at it the least recompute time (the OVERHEAD phase)
     rng = random.Random(31)
@@ -252,6 +253,7 @@ ORACLE_CASES = [("offload", seed) for seed in (1, 2, 3, 4, 9, 12, 13, 22, 25, 28
     [("both", seed) for seed in (2, 4, 9)]
 
 
+@pytest.mark.slow
 def test_same_optimum_as_the_independent_continuous_model():
     oracle = pytest.importorskip("tests.solvers.test_solver_recompute")
     for lever, seed in ORACLE_CASES:

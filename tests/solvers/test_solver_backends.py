@@ -125,6 +125,7 @@ def model_optimal(result) -> bool:
 
 
 @pytest.mark.parametrize("case", CROSS, ids=[str(i) for i in range(len(CROSS))])
+@pytest.mark.slow
 def test_same_optimum_as_cpsat(solver, case):
     problem = make_problem(**case)
     reference = solved(problem, "cpsat")
@@ -187,6 +188,7 @@ def _run_file(solver: str, out: Path) -> dict:
     return data
 
 
+@pytest.mark.slow
 def test_threads_1_is_byte_identical(solver, tmp_path, capsys):
     # the example (4 x 8, offload, cap 2) three times: the same file apart from method.seconds
     runs = [_run_file(solver, tmp_path / f"s{i}.json") for i in range(3)]

@@ -334,6 +334,7 @@ def test_the_compute_ops_a_pick_frees_are_known_before_its_window_is_built(offlo
         assert set(inc.compute_between(devices, t0, t1)) == frees and frees
 
 
+@pytest.mark.slow
 def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
     """Every schedule the search keeps is checked: only writing one is left after it, so its limit
     runs to the deadline less lean_reserve_share of the time limit, not the usual reserve."""

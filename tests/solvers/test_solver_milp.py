@@ -85,6 +85,7 @@ def test_starting_solution_is_a_solution_of_the_model(name):
     assert not broken
 
 
+@pytest.mark.slow
 def test_cbc_crash_on_exit_is_retried_without_start(monkeypatch):
     # PuLP's bundled CBC 2.10.3 sometimes crashes on exit after a search with a starting solution
     # (PuLP raises PulpSolverError); the phase runs again without one instead of failing the solve.

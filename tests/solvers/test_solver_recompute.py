@@ -390,6 +390,7 @@ def test_optimal_claims_hold_with_recompute(seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
+@pytest.mark.slow
 def test_claims_hold_for_continuous_amounts(seed):
     problem = tiny(seed, "offload" if seed % 2 else "both", microbatches=(2,))
     result = model_solve(problem)
@@ -540,16 +541,13 @@ def test_shedding_trims_offloads_to_what_the_cap_needs():
     assert [(op.stage, op.amount) for op in shed.ops if op.kind is OpKind.OFFLOAD] == [(0, 1.0)]
 
 
-def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond():
+def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond(example_problem):
     # the OVERHEAD phase first searches offloads of whole shares, then any amount from that start: on
     # the bundled example (the warm start meets the bound, so OVERHEAD is the only search) the first
     # step's solutions move whole shares only, and the answer moves no more than the best of them
-    from pathlib import Path
-
-    from ppsolve.problem import load_problem
     from ppsolve.solvers import phases
 
-    problem = load_problem(ROOT / "instances" / "example.json")
+    problem = example_problem
     seen = []
     real = phases._Run.phase
 

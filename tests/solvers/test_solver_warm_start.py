@@ -166,6 +166,7 @@ REALISTIC = sorted((ROOT / "instances" / "realistic").glob("*.json"))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", REALISTIC, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_either(path):
     # the same guarantee on every problem of instances/realistic/, at its own cap and at the least cap
     # recompute admits (what a frontier's first point uses)

@@ -12,7 +12,7 @@ import pytest
 
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.problem import load_problem
-from benchmarks.refcases import load_cases, run_case
+from benchmarks.reports.refcases import load_cases, run_case
 from tests.helpers import ROOT
 
 REFERENCE = ROOT.parent / "shared" / "reference"

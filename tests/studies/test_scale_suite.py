@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from fractions import Fraction
-from pathlib import Path
 
+from benchmarks.makers import scale
 from ppsolve.bounds import capacity_shortfalls
 from ppsolve.problem import load_problem
 from tests.helpers import ROOT
@@ -14,16 +12,8 @@ from tests.helpers import ROOT
 SCALE = ROOT / "instances" / "scale"
 
 
-def _make_scale():
-    spec = importlib.util.spec_from_file_location("make_scale", ROOT / "benchmarks" / "make_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_scale", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_committed_scale_suite_is_what_the_script_writes(tmp_path):
-    assert _make_scale().main(["--out", str(tmp_path)]) == 0
+    assert scale.main(["--out", str(tmp_path)]) == 0
     fresh = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
     committed = {p.name: p.read_text() for p in SCALE.glob("*.json")}
     assert fresh == committed

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
+from benchmarks.makers import suite
 from ppsolve.bounds import capacity_shortfalls
 from ppsolve.problem import load_problem
 from tests.helpers import ROOT
@@ -14,16 +12,8 @@ from tests.helpers import ROOT
 SUITE = ROOT / "instances" / "suite"
 
 
-def _make_suite():
-    spec = importlib.util.spec_from_file_location("make_suite", ROOT / "benchmarks" / "make_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_suite", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_committed_suite_is_what_the_script_writes(tmp_path):
-    assert _make_suite().main(["--out", str(tmp_path)]) == 0
+    assert suite.main(["--out", str(tmp_path)]) == 0
     fresh = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
     committed = {p.name: p.read_text() for p in SUITE.glob("*.json")}
     assert fresh == committed

@@ -1,0 +1,1 @@
+"""The scripts that write the bundled problem files of instances/ (deterministic)."""

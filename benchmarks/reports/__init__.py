@@ -1,0 +1,1 @@
+"""The scripts that measure ppsolve and write the sections of BENCHMARKS.md."""
