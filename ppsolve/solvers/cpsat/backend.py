@@ -60,11 +60,6 @@ class _Model:
     ends: list = field(default_factory=list)  # a window: its free compute ops' ends (the second step's objective)
 
 
-def build_model(task: PhaseTask) -> cp_model.CpModel:
-    """The phase's CP-SAT model, built and not searched (what a benchmark measures the size of)."""
-    return _build(task).model
-
-
 def _build(task: PhaseTask) -> _Model:
     if task.window is not None:
         return _build_window(task)
