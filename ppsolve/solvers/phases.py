@@ -31,7 +31,7 @@ import time
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
-from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.errors import InfeasibleError, InputError, PpsolveError
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
