@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 from typing import Iterable
 
 from ppsolve.dependencies import RULES as DEPENDENCY_RULES, dependency_table
@@ -35,6 +36,7 @@ RULES = {
     "retime": "the runtime re-timing is no later and no higher than planned (otherwise a bug in ppsolve)",
 }
 
+_START_END = itemgetter(4, 5)  # a ScheduledOp's (start, end)
 MAX_GRIDS = 50  # violations drawn with the ops around them; later ones are listed without
 
 # How a violated dependency is described, by rule and the kind of the op that waits.
@@ -44,7 +46,7 @@ _WHAT = {("R1", _F): "its input", ("R2", _B): "the loss turns around", ("R3", _B
          ("R9", _R): "the forward it recomputes", ("R9", _B): "its recomputed activation"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Violation:
     rule: str
     message: str
@@ -108,48 +110,53 @@ class _Checker:
         self.problem = schedule.problem
         self.eps = 1e-9 * max(1.0, schedule.makespan)
         self.violations: list[Violation] = []
-        self.by_op: dict[Op, ScheduledOp] = {}
+        self.by_op: dict[tuple, ScheduledOp] = {}  # (kind, stage, microbatch), equal to its Op -> first listing
 
     def add(self, rule: str, message: str, op: ScheduledOp | None = None, time: float | None = None,
             grid_ops: Iterable[ScheduledOp] = ()) -> None:
-        grid_ops = list(grid_ops)
-        grid = self._grid(grid_ops, time) if grid_ops else None
+        grid = None
+        if len(self.violations) < MAX_GRIDS:
+            grid_ops = list(grid_ops)
+            grid = self._grid(grid_ops, time) if grid_ops else None
         self.violations.append(Violation(rule, message, str(op.op) if op else None,
                                          op.device if op else None, time, grid))
 
     # ----- rules -----
     def completeness(self) -> bool:
         p = self.problem
-        keys = [op.op for op in self.schedule.ops]
+        ops = self.schedule.ops
+        keys = [op[:3] for op in ops]  # (kind, stage, microbatch): equal to, and hashed as, its Op
         counts = Counter(keys)
-        for op, count in counts.items():
-            if count > 1:
-                self.add("complete", f"{op} appears {count} times", self.by_op.get(op))
-        for key, op in zip(keys, self.schedule.ops):
-            self.by_op.setdefault(key, op)
+        self.by_op = dict(zip(reversed(keys), reversed(ops)))  # the first listing of each op
+        if len(counts) < len(keys):
+            for key, count in counts.items():
+                if count > 1:
+                    self.add("complete", f"{Op(*key)} appears {count} times", self.by_op[key])
         compute_ops = p.compute_ops()
-        expected = set(compute_ops)
         missing = [op for op in compute_ops if op not in counts]
         for op in missing[:10]:
             self.add("complete", f"{op} is missing")
         if len(missing) > 10:
             self.add("complete", f"... and {len(missing) - 10} more compute ops are missing")
-        for op in counts:
-            if op.kind is _R:
+        expected = set(compute_ops)
+        for key in counts:
+            kind, stage, microbatch = key
+            if kind is _R:
                 if p.recompute is None:
-                    self.add("complete", f"{op}: the problem has no recompute block", self.by_op[op])
-                elif Op(_OFF, op.stage, op.microbatch) in counts or Op(_REL, op.stage, op.microbatch) in counts:
-                    self.add("R10", f"{op}: (stage {op.stage}, microbatch {op.microbatch}) is recomputed "
-                                    f"and also offloaded", self.by_op[op])
-                continue
-            if op.kind in COMPUTE_KINDS and op not in expected:
-                self.add("complete", f"{op} is not an op of this problem (fused backward has no W)",
-                         self.by_op[op])
-            partner = {_OFF: _REL, _REL: _OFF}.get(op.kind)
-            if partner is not None and Op(partner, op.stage, op.microbatch) not in counts:
-                self.add("complete", f"{op} has no matching {partner.value}", self.by_op[op])
-            if partner is not None and p.offload is None:
-                self.add("complete", f"{op}: the problem has no offload link", self.by_op[op])
+                    self.add("complete", f"{Op(*key)}: the problem has no recompute block", self.by_op[key])
+                elif (_OFF, stage, microbatch) in counts or (_REL, stage, microbatch) in counts:
+                    self.add("R10", f"{Op(*key)}: (stage {stage}, microbatch {microbatch}) is recomputed "
+                                    f"and also offloaded", self.by_op[key])
+            elif kind in COMPUTE_KINDS:
+                if key not in expected:
+                    self.add("complete", f"{Op(*key)} is not an op of this problem (fused backward has no W)",
+                             self.by_op[key])
+            else:
+                partner = _REL if kind is _OFF else _OFF
+                if (partner, stage, microbatch) not in counts:
+                    self.add("complete", f"{Op(*key)} has no matching {partner.value}", self.by_op[key])
+                if p.offload is None:
+                    self.add("complete", f"{Op(*key)}: the problem has no offload link", self.by_op[key])
         return not self.violations
 
     def placement_and_durations(self) -> None:
@@ -201,7 +208,7 @@ class _Checker:
             elif p.offload is not None:
                 lanes[("link", p.lane(op.device, op.kind))].append(op)
         for (kind, key), ops in lanes.items():
-            ops.sort(key=lambda o: (o.start, o.end))
+            ops.sort(key=_START_END)
             for a, b in zip(ops, ops[1:]):
                 if b.start + self.eps < a.end:
                     if kind == "compute":

@@ -97,8 +97,11 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
     """``ops`` (one device's, or all of them) in the order a runtime issues them.
 
     By planned start; at one instant an op of zero duration first (it ends
-    there), then transfers before compute ops, and ties in dependency order
-    (:func:`ppsolve.dependencies.depth`, then microbatch, then stage).
+    there), then transfers before compute ops, then compute ops of zero duration
+    that release memory (B, W) before those that allocate it (F, R), as the memory
+    rules count an instant, unless the release is of a (stage, microbatch) whose
+    F or R stands at that instant too (it depends on them); ties in dependency
+    order (:func:`ppsolve.dependencies.depth`, then microbatch, then stage).
     """
     ops = list(ops)
     if not ops:
@@ -106,8 +109,25 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
     timed = _Timed(problem, ops)
     depths = np.array([depth(problem, kind, s) for kind in KIND_CODE for s in range(problem.num_stages)])
     rank = np.lexsort((timed.stage, timed.microbatch, depths[timed.code * problem.num_stages + timed.stage],
-                       timed.code < KIND_CODE[_OFF], timed.end > timed.start, timed.start))
+                       _allocates_at_its_instant(timed), timed.code < KIND_CODE[_OFF], timed.end > timed.start,
+                       timed.start))
     return [ops[i] for i in rank.tolist()]
+
+
+def _allocates_at_its_instant(timed: "_Timed") -> np.ndarray:
+    """1 for a compute op of zero duration that allocates (F, R), or releases memory of a (stage,
+    microbatch) whose F or R stands at the same instant; else 0 (issued first at that instant)."""
+    zero = timed.end <= timed.start
+    allocating = zero & ((timed.code == KIND_CODE[_F]) | (timed.code == KIND_CODE[_R]))
+    releasing = zero & ((timed.code == KIND_CODE[_B]) | (timed.code == KIND_CODE[_W]))
+    out = allocating.astype(np.int64)
+    if allocating.any() and releasing.any():
+        held = set(zip(timed.start[allocating].tolist(), timed.stage[allocating].tolist(),
+                       timed.microbatch[allocating].tolist()))
+        for i in np.flatnonzero(releasing).tolist():
+            if (float(timed.start[i]), int(timed.stage[i]), int(timed.microbatch[i])) in held:
+                out[i] = 1
+    return out
 
 
 def runtime_lane(problem: Problem, op: ScheduledOp) -> tuple:

@@ -166,9 +166,29 @@ def summary(rows: list[Row]) -> list[str]:
         if room:
             out.append(f"- room the lower bound leaves below the better of po-h and po-f: {min(room):.1%} to "
                        f"{max(room):.1%} (no schedule can be faster than that)")
+    out += offload_bounds(done)
     rss = max((r.rss_mb for r in done), default=0.0)
     out.append(f"- peak RSS of a solve: at most {rss:.0f} MB")
     return [line for line in out if line]
+
+
+def offload_bounds(rows: list[Row]) -> list[str]:
+    """The offload rows' lower bounds recomputed (``makespan_lower_bound``, what ``ppsolve bound`` prints) and
+    what binds them: a device's head + load + tail holds for any amount offloaded, partial or whole."""
+    from ppsolve.bounds import makespan_lower_bound
+
+    found = [(r, makespan_lower_bound(load_problem(path))) for r in rows
+             if r.offload and r.lower_bound is not None
+             and (path := ROOT / "instances" / "scale" / f"{r.name}.json").exists()]
+    if not found:
+        return []
+    above = [r.name for r, b in found if r.lower_bound > b.value + 1e-6 * max(1.0, b.value)]
+    load = [r.name for r, b in found if b.binding.startswith("load of device")]
+    line = (f"- lower bounds of the {len(found)} offload rows, recomputed by `ppsolve bound`: "
+            f"{len(found) - len(above)} reported no higher" + (f" (higher: {', '.join(above)})" if above else "")
+            + f"; in {len(load)} of them what binds is a device's head + load + tail, which no amount "
+            "offloaded changes")
+    return [line]
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="file to write")
     parser.add_argument("--unit-us", type=float, default=None,
                         help="chrome-trace: microseconds per time unit of the problem (default 1000: times are ms)")
+    parser.add_argument("--format", choices=("compute_comms", "compute_only"), default=None,
+                        help="torch: compute_comms (default: sends and receives placed by ppsolve, and a side file "
+                             "for offload and recompute, s.csv -> s.plan.json) or compute_only (PyTorch places them)")
     return parser
 
 
@@ -32,8 +35,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.unit_us > 0:
             raise InputError("--unit-us", f"must be > 0, got {args.unit_us:g}")
         options["unit_us"] = args.unit_us
+    if args.format is not None:
+        if exporter.name != "torch":
+            raise InputError("--format", f"only applies to --to torch, not {exporter.name}")
+        options["format"] = args.format
     require_directory(args.output)
     schedule = load_schedule(args.schedule)
-    exporter.write(schedule, args.output, **options)
-    print(f"wrote {args.output} ({exporter.name})")
+    written = exporter.write(schedule, args.output, **options)
+    extra = [str(p) for p in (written or [])[1:]]
+    fmt = f", {options.get('format', 'compute_comms')}" if exporter.name == "torch" else ""
+    print(f"wrote {args.output} ({exporter.name}{fmt})" + (f" and {', '.join(extra)}" if extra else ""))
     return 0

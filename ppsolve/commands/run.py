@@ -32,7 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="compare loss and every gradient with a single-process run (fails above 1e-5)")
     parser.add_argument("--trace", metavar="OUT.json", help="write the measured ops as a Chrome trace")
     parser.add_argument("--runtime", choices=("ppsolve", "torch"), default="ppsolve",
-                        help="ppsolve's executor, or PyTorch's pipelining runtime fed the exported CSV")
+                        help="ppsolve's executor, or PyTorch's pipelining runtime fed the exported compute_comms CSV "
+                             "and side file (offload and recompute through ppsolve.executor.torch_plan.attach)")
     parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any wait may take before the run fails")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -93,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
           f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
-    if schedule.recomputed and args.runtime == "ppsolve":
+    if args.runtime == "torch":
+        print("executed: every rank ran exactly its row of the exported compute_comms CSV"
+              + (" with the side file's offloads and recomputes where the plan puts them"
+                 if schedule.recomputed or schedule.offloaded else ""))
+    if schedule.recomputed:
         kept = stage_bytes(outcome.results, "keep_bytes")
         print(f"recompute: {schedule.recomputed} R ops ({schedule.describe_recompute()}); each recomputed "
               "forward kept until its R: " + ", ".join(f"stage {s} {kept[s]} B" for s in sorted(kept)))
@@ -101,11 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if warmups:
         print(f"warm-up step (excluded from the figures above): span {max(warmups) * 1e3:.3f} ms measured")
     if args.trace:
-        if args.runtime != "ppsolve":
-            print("note: --trace records ppsolve's own runtime only; nothing written")
-        else:
-            write_json_atomic(args.trace, chrome_trace(schedule, outcome.results))
-            print(f"trace written to {args.trace}")
+        write_json_atomic(args.trace, chrome_trace(schedule, outcome.results))
+        print(f"trace written to {args.trace}")
     if args.check:
         c = outcome.comparison
         verdict = "OK" if c.ok(TOLERANCE) else "FAILED"

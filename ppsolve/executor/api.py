@@ -2,8 +2,9 @@
 
 Everything that can be refused is refused here, before any process starts: a
 schedule that is not valid, a model whose layers cannot be cut into the stages,
-a launch whose rank count is not the schedule's devices, an offload schedule for
-the torch runtime, ``device="cuda"`` where CUDA is not there (one GPU per local rank).
+a launch whose rank count is not the schedule's devices, ``device="cuda"`` where
+CUDA is not there (one GPU per local rank). The torch runtime gets the exported
+compute_comms CSV and its side file (offload, recompute).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Outcome:
 
 def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None, runtime: str,
             micro_batch_size: int | None = None) -> tuple[ModelSpec, str | None]:
-    """Refuse what cannot run; return the model and, for the torch runtime, the CSV text."""
+    """Refuse what cannot run; return the model and, for the torch runtime, the compute_comms CSV text."""
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
     spec = spec.with_micro_batch_size(micro_batch_size)
     problem = schedule.problem
@@ -60,8 +61,8 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
         raise InputError("--runtime", f"must be ppsolve or torch, got {runtime!r}")
     csv_text = None
     if runtime == "torch":
-        from ppsolve.export.torch_csv import to_torch_csv
-        csv_text = to_torch_csv(schedule)
+        from ppsolve.export.torch_csv import to_compute_comms_csv
+        csv_text = to_compute_comms_csv(schedule)
     return spec, csv_text
 
 
@@ -81,14 +82,45 @@ def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | N
         ranks = int(os.environ["WORLD_SIZE"])
     spec, csv_text = prepare(schedule, model, ranks, runtime, micro_batch_size)
     kind = select_device(device, local_ranks(schedule.problem.devices))
-    job = Job(schedule=schedule.to_dict(), model=spec.to_dict(), steps=steps, check=check, runtime=runtime,
-              csv_text=csv_text, timeout_s=timeout_s, fail_at=fail_at, device=kind, comm=comm)
+    job = _job(schedule, spec, csv_text, kind, steps=steps, check=check, runtime=runtime, timeout_s=timeout_s,
+               fail_at=fail_at, comm=comm)
     results = run_in_torchrun(job) if torchrun else launch(job, schedule.problem.devices)
+    return _outcome(schedule, spec, results, check, kind)
+
+
+def execute_all(schedules: list[Schedule], model: str | Path | ModelSpec, *, steps: int = 1, check: bool = False,
+                runtime: str = "ppsolve", timeout_s: float = 120.0, device: str = "auto") -> list[Outcome]:
+    """``execute`` for several schedules of one device count in one launch (the ranks start and
+    import torch once, then run the schedules one after another): one Outcome per schedule."""
+    if not schedules or len({s.problem.devices for s in schedules}) != 1:
+        raise InputError("schedules", "must be one or more schedules with the same number of devices")
+    if steps < 1:
+        raise InputError("--steps", f"must be >= 1, got {steps}")
+    world = schedules[0].problem.devices
+    kind = select_device(device, world)
+    prepared = [prepare(schedule, model, None, runtime) for schedule in schedules]
+    jobs = [_job(schedule, spec, csv_text, kind, steps=steps, check=check, runtime=runtime, timeout_s=timeout_s)
+            for schedule, (spec, csv_text) in zip(schedules, prepared)]
+    by_rank = launch(jobs, world)
+    return [_outcome(schedule, spec, [results[k] for results in by_rank], check, kind)
+            for k, (schedule, (spec, _)) in enumerate(zip(schedules, prepared))]
+
+
+def _job(schedule: Schedule, spec: ModelSpec, csv_text: str | None, kind: str, **options) -> Job:
+    torch_plan = None
+    if options.get("runtime") == "torch":
+        from ppsolve.export.torch_levers import side_plan
+        torch_plan = side_plan(schedule)
+    return Job(schedule=schedule.to_dict(), model=spec.to_dict(), csv_text=csv_text, torch_plan=torch_plan,
+               device=kind, **options)
+
+
+def _outcome(schedule: Schedule, spec: ModelSpec, results: list | None, check: bool, kind: str) -> Outcome:
+    """Measured against predicted, and (``check``) the gradients against a single-process run."""
     outcome = Outcome(schedule, spec, results)
     if results is None:
         return outcome
-    if runtime == "ppsolve":
-        outcome.figures = figures(schedule, results)
+    outcome.figures = figures(schedule, results)
     if check:
         grads = {name: g for r in results for name, g in r.grads.items()}
         outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches, kind), outcome.loss, grads)

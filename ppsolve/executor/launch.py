@@ -5,15 +5,19 @@ same worker when ``torchrun`` (or any launcher setting RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT) started this process, also across nodes. Rank 0
 gathers every rank's record over the process group. A rank that raises writes one
 line to the run's error folder and exits; the parent stops the other ranks at
-once and reports that line. Every wait has a timeout, so a lost peer is an error,
-never a hang. The backend is the rank's ``Device``'s: gloo on CPU, NCCL on
+once and reports that line, with where each rank still running is (a rank that hung,
+or the ranks waiting for it: each dumps its stack when asked). Every wait has a
+timeout, so a lost peer is an error, never a hang; the run's own clock starts when
+every rank has joined the process group, so a slow start does not eat it. The backend is the rank's ``Device``'s: gloo on CPU, NCCL on
 ``cuda:LOCAL_RANK`` (the rank index for spawned ranks).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -28,7 +32,9 @@ from ppsolve.errors import PpsolveError
 from ppsolve.executor.device import make_device
 from ppsolve.executor.runtime import Job, RankResult, run_rank
 
-STARTUP_S = 60.0  # extra time for the processes to start and import torch
+STARTUP_S = 120.0  # for the processes to start and import torch (a loaded machine takes a minute), then
+# ``timeout_s`` more to join the process group; the run's own limit counts from there
+STACK_WAIT_S = 1.0  # how long the parent waits for a rank still running to write its stack
 
 
 class ExecutionError(PpsolveError):
@@ -41,17 +47,25 @@ def in_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: int) -> list | None:
+def _rank_main(job: Job | list[Job], rank: int, world: int, init_method: str, local_rank: int,
+               ready: Path | None = None) -> list | None:
+    jobs = job if isinstance(job, list) else [job]
     torch.set_num_threads(1)
-    device = make_device(job.device, local_rank)
+    device = make_device(jobs[0].device, local_rank)
     dist.init_process_group(device.backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=job.timeout_s), **device.init_options())
+                            timeout=timedelta(seconds=max(j.timeout_s for j in jobs)), **device.init_options())
+    if ready is not None:
+        ready.touch()
     try:
-        if job.runtime == "torch":
-            from ppsolve.executor.torch_runtime import run_rank_torch
-            result = run_rank_torch(job, rank, device)
-        else:
-            result = run_rank(job, rank, device)
+        results = []
+        for one in jobs:  # several jobs (``api.execute_all``): one after another, all ranks in step
+            if one.runtime == "torch":
+                from ppsolve.executor.torch_runtime import run_rank_torch
+                results.append(run_rank_torch(one, rank, device))
+            else:
+                results.append(run_rank(one, rank, device))
+            dist.barrier()
+        result = results if isinstance(job, list) else results[0]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         dist.barrier()
@@ -60,9 +74,11 @@ def _rank_main(job: Job, rank: int, world: int, init_method: str, local_rank: in
         dist.destroy_process_group()
 
 
-def _child(job: Job, rank: int, world: int, init_method: str, folder: str) -> None:
+def _child(job: Job | list[Job], rank: int, world: int, init_method: str, folder: str) -> None:
+    if hasattr(signal, "SIGUSR1"):  # the parent asks a rank still running where it is
+        faulthandler.register(signal.SIGUSR1, file=open(Path(folder) / f"stack-{rank}.txt", "w"), all_threads=True)
     try:
-        gathered = _rank_main(job, rank, world, init_method, rank)
+        gathered = _rank_main(job, rank, world, init_method, rank, Path(folder) / f"ready-{rank}")
         if rank == 0:
             torch.save(gathered, Path(folder) / "results.pt")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
@@ -77,25 +93,35 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(job: Job, world: int) -> list[RankResult]:
-    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order)."""
+def launch(job: Job | list[Job], world: int) -> list:
+    """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order); for a
+    list of jobs, every rank's list of results (one per job)."""
     context = multiprocessing.get_context("spawn")
     init_method = f"tcp://127.0.0.1:{_free_port()}"
     with tempfile.TemporaryDirectory(prefix="ppsolve-run-") as folder:
-        procs = [context.Process(target=_child, args=(job, rank, world, init_method, folder), daemon=True)
-                 for rank in range(world)]
+        procs = [context.Process(target=_child, args=(job, rank, world, init_method, folder), daemon=True,
+                                 name=f"ppsolve-rank-{rank}") for rank in range(world)]
         for proc in procs:
             proc.start()
-        deadline = time.monotonic() + STARTUP_S + job.timeout_s * max(1, job.steps)
+        jobs = job if isinstance(job, list) else [job]
+        budget = sum(j.timeout_s * max(1, j.steps) for j in jobs)  # every job, one after another
+        started = time.monotonic()
+        deadline = started + STARTUP_S + max(j.timeout_s for j in jobs)  # until every rank has joined
+        ready = False
         try:
             while any(p.exitcode is None for p in procs):
                 failed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if failed:
-                    raise ExecutionError(_first_failure(folder, failed, procs))
+                    raise ExecutionError(_first_failure(folder, failed, procs) + _still_running(folder, procs))
+                if not ready and all((Path(folder) / f"ready-{r}").exists() for r in range(world)):
+                    ready = True
+                    deadline = time.monotonic() + budget
                 if time.monotonic() > deadline:
-                    raise ExecutionError(f"timed out after {job.timeout_s * max(1, job.steps) + STARTUP_S:.0f} s "
-                                         f"with rank(s) {[r for r, p in enumerate(procs) if p.exitcode is None]} "
-                                         "still running")
+                    waited = time.monotonic() - started
+                    what = "" if ready else (
+                        f" before rank(s) {[r for r in range(world) if not (Path(folder) / f'ready-{r}').exists()]} "
+                        "joined the process group")
+                    raise ExecutionError(f"timed out after {waited:.0f} s{what}" + _still_running(folder, procs))
                 time.sleep(0.05)
             failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
             if failed:
@@ -127,6 +153,47 @@ def _first_failure(folder: str, failed: list[int], procs) -> str:
         return f"rank {rank} failed: {line}"
     rank = failed[0]
     return f"rank {rank} exited with code {procs[rank].exitcode}"
+
+
+def _still_running(folder: str, procs) -> str:
+    """``; still running: rank 1 at ppsolve/executor/comm.py:109 in wait_recv, ...`` for each rank not yet
+    ended: its innermost ppsolve frame, from the stack it dumps when sent SIGUSR1 (nothing where the
+    platform has no such signal)."""
+    running = [r for r, p in enumerate(procs) if p.exitcode is None]
+    if not running or not hasattr(signal, "SIGUSR1"):
+        return ""
+    stacks = {r: Path(folder) / f"stack-{r}.txt" for r in running}
+    asked = [r for r in running if stacks[r].exists()]  # the others have not started ppsolve's code yet
+    for rank in asked:
+        try:
+            os.kill(procs[rank].pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    ends = time.monotonic() + STACK_WAIT_S
+    places = {r: "(not started yet: importing)" for r in running if r not in asked}
+    while time.monotonic() < ends and len(places) < len(running):
+        time.sleep(0.05)
+        places |= {r: where for r in asked if (where := _innermost_frame(stacks[r]))}
+    return "; still running: " + ", ".join(
+        f"rank {r} " + places.get(r, "(no stack: stopped, or stuck outside Python)") for r in running)
+
+
+def _innermost_frame(path: Path) -> str | None:
+    """'at ppsolve/x.py:12 in f' from a faulthandler dump: the main thread's innermost frame in ppsolve's
+    code (else its innermost frame); None before the dump is written."""
+    text = path.read_text() if path.exists() else ""
+    blocks = [b for b in text.split("\n\n") if "File " in b]
+    if not blocks:
+        return None
+    block = next((b for b in blocks if b.startswith("Current thread")), blocks[0])
+    frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
+    frame = next((f for f in frames if f"{os.sep}ppsolve{os.sep}" in f), frames[0])
+    # File "/path/to/ppsolve/executor/comm.py", line 120 in recv
+    name, _, rest = frame[len('File "'):].partition('", line ')
+    if f"{os.sep}ppsolve{os.sep}" in name:
+        name = "ppsolve" + name.rsplit(f"{os.sep}ppsolve", 1)[1]
+    line, _, function = rest.partition(" in ")
+    return f"at {name}:{line} in {function}"
 
 
 def run_in_torchrun(job: Job) -> list[RankResult] | None:

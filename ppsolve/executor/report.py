@@ -2,7 +2,9 @@
 
 The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
 each stage's activation, weight_hold and recompute keep set to the bytes measured on
-that run; an offload moves its planned share (amount / activation) of those bytes.
+that run; an offload moves the bytes it moved on that run (whole saved storages, the
+largest first, within its planned share: amount / activation), or, where none was
+recorded, its planned share of the measured activation.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
 
 
 def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int],
-                    keep_bytes: dict[int, int] | None = None) -> list[float]:
+                    keep_bytes: dict[int, int] | None = None,
+                    moved: dict[tuple[int, int], int] | None = None) -> list[float]:
     """SPEC.md's peak per device with activation, weight_hold and (stages that recompute)
     recompute keep set to the measured bytes."""
     problem = schedule.problem
@@ -61,6 +64,7 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: d
         if op.kind.is_transfer:
             share = op.amount / problem.activation[op.stage] if problem.activation[op.stage] > 0 else 1.0
             amount = acts[op.stage] if share >= 1 - 1e-9 else share * acts[op.stage]
+            amount = float((moved or {}).get((op.stage, op.microbatch), amount))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, op.device, op.start, op.end, amount))
     return peak_memory(measured_problem, ops)
 
@@ -77,8 +81,10 @@ def measured_keep(acts: list[float], keep_bytes: dict[int, int]) -> list[float]:
 
 
 def figures(schedule: Schedule, results) -> list[RankFigures]:
+    moved = {(rec.stage, rec.microbatch): rec.moved for result in results for rec in result.records
+             if rec.kind == OpKind.OFFLOAD.value}
     predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"),
-                                stage_bytes(results, "keep_bytes"))
+                                stage_bytes(results, "keep_bytes"), moved)
     out = []
     for result in results:
         by_kind: dict[str, list[float]] = {}

@@ -55,6 +55,7 @@ class Job:
     check: bool = False
     runtime: str = "ppsolve"
     csv_text: str | None = None
+    torch_plan: dict | None = None  # the torch runtime: the export's side file (ppsolve.export.torch_levers)
     timeout_s: float = 120.0
     fail_at: tuple[int, int] | None = None  # (rank, action index): testing hook for the failure path
     micro_batch_size: int | None = None
@@ -92,6 +93,7 @@ class RankResult:
     device: str = "cpu"
     max_allocated: int | None = None  # torch.cuda.max_memory_allocated over the measured walk (CUDA)
     warmup_span: float | None = None  # seconds the first step took when it was a warm-up (steps > 1), not measured
+    executed: list[str] = field(default_factory=list)  # torch runtime: the actions the rank ran in the last step
 
 
 def parameter_grads(modules: dict) -> dict[str, torch.Tensor]:

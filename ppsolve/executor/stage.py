@@ -35,6 +35,19 @@ from ppsolve.executor import split
 from ppsolve.executor.device import CpuDevice, Device
 
 
+def offload_choice(sizes: list[int], fraction: float) -> list[int]:
+    """Which saved storages an offload of ``fraction`` of a microbatch moves: the largest first,
+    each whole, while the total stays within the share (all of them at fraction >= 1)."""
+    total = sum(sizes)
+    budget = total if fraction >= 1 - 1e-9 else int(fraction * total)
+    chosen, moved = [], 0
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if moved + sizes[i] <= budget:
+            chosen.append(i)
+            moved += sizes[i]
+    return chosen
+
+
 class SavedBytes:
     """The storages saved by autograd on one rank, by owner (stage, microbatch)."""
 
@@ -258,15 +271,11 @@ class Stage:
         state = self.pending.get(j)
         if state is None or state.moved:
             raise RuntimeError(f"stage {self.index}: OFFLOAD of microbatch {j} without its activations on device")
-        budget = state.nbytes if fraction >= 1 - 1e-9 else int(fraction * state.nbytes)
         moved = 0
-        for i in sorted(range(len(state.storages)), key=lambda i: -state.sizes[i]):
-            size = state.sizes[i]
-            if moved + size > budget:
-                continue
+        for i in offload_choice(state.sizes, fraction):
             state.host[i] = self.device.to_host(state.storages[i])
             self.ledger.owner.pop(state.ptrs[i], None)  # the address may be reused while on host
-            moved += size
+            moved += state.sizes[i]
         state.moved = moved
         state.copied = self.device.mark()
         self.ledger.held -= moved

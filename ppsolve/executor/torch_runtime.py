@@ -1,12 +1,17 @@
-"""The same schedule through PyTorch's own pipeline runtime, to prove the CSV export.
+"""The same schedule through PyTorch's own pipeline runtime, from the exported files.
 
 Each rank wraps its stage modules in ``PipelineStage`` (global stage numbers),
 builds a ``_PipelineScheduleRuntime`` with the model's loss (``scale_grads=True``:
 gradients are averaged over microbatches, as in the reference), loads the
-exported compute_only CSV and runs one ``step``. PyTorch adds the sends and
-receives itself. Known quirks of that runtime (torch 2.13): stage 0's I is a
-no-op and its W runs the whole backward; the last stage's losses are indexed in
-the order its forwards ran.
+exported compute_comms CSV (ppsolve's sends and receives), attaches the side
+file's offloads and recomputes (:func:`ppsolve.executor.torch_plan.attach`) and
+runs ``steps`` steps. Every step, the actions the rank ran (its compute actions,
+sends, receives and gradient reductions, and the side file's actions, logged as
+they run) must be the CSV's row with the side file's actions where the plan puts
+them; a difference fails the rank. The activation bytes are the adapter's (its
+saved-tensors hooks), reported as ppsolve's own runtime reports them.
+Quirk of that runtime (torch 2.13): stage 0's I is a no-op and its W runs the
+whole backward.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
-from ppsolve.executor.runtime import Job, RankResult, parameter_grads
+from ppsolve.executor.runtime import Job, OpRecord, RankResult, parameter_grads
+from ppsolve.executor.torch_plan import attach
+
+_LOGGED = {"get_fwd_send_ops": "SEND_F", "get_bwd_send_ops": "SEND_B",
+           "get_fwd_recv_ops": "RECV_F", "get_bwd_recv_ops": "RECV_B"}
 
 
 def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankResult:
@@ -37,22 +46,69 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
         handle.write(job.csv_text)
         path = handle.name
     try:
-        runtime._load_csv(path, format="compute_only")
+        runtime._load_csv(path, format="compute_comms")
     finally:
         os.unlink(path)
+    plan = attach(runtime, job.torch_plan, dev)
+    plan.log = log = []
+    for stage in stages:
+        _log_comms(stage, log)
+    expected = expected_log(job.csv_text.splitlines()[rank].split(","), job.torch_plan, rank)
     batches = [models.microbatch(spec, j) for j in range(M)]
     inputs = dev.place(torch.cat([x for x, _ in batches]))
     targets = dev.place(torch.cat([t for _, t in batches]))
     result = RankResult(rank, device=dev.kind)
+    has_first, has_last = 0 in mine, S - 1 in mine
     for _ in range(job.steps):
         for module in modules.values():
             module.zero_grad(set_to_none=True)
+        log.clear()
         losses: list = []
-        has_first, has_last = 0 in mine, S - 1 in mine
-        args = (inputs,) if has_first else ()
-        kwargs = {"target": targets, "losses": losses} if has_last else {}
-        runtime.step(*args, **kwargs)
-        result.losses = {j: float(loss.detach()) for j, loss in enumerate(losses)}
+        runtime.step(*((inputs,) if has_first else ()), **({"target": targets, "losses": losses} if has_last else {}))
+        if log != expected:
+            at = next((i for i, (a, b) in enumerate(zip(log, expected)) if a != b), min(len(log), len(expected)))
+            raise RuntimeError(f"rank {rank} ran {log[at] if at < len(log) else 'nothing'} at action {at}, the "
+                               f"exported files say {expected[at] if at < len(expected) else 'nothing'}")
+    dev.synchronize()
+    result.losses = {j: float(loss.detach()) for j, loss in plan.losses.items()}
+    result.records = [OpRecord(r.action, r.kind, r.stage, r.microbatch, plan.seconds(r.start), plan.seconds(r.end),
+                               r.held, r.moved) for r in plan.records]
+    result.peak = plan.peak
+    result.activation_bytes = plan.bytes_by_stage("activation_bytes")
+    result.hold_bytes = plan.bytes_by_stage("hold_bytes")
+    result.keep_bytes = plan.bytes_by_stage("keep_bytes")
+    result.executed = list(log)
     if job.check:
         result.grads = parameter_grads(modules)
     return result
+
+
+def expected_log(row: list[str], side: dict | None, rank: int) -> list[str]:
+    """The CSV row with the side file's actions before the compute action they precede."""
+    before: dict[str, list[str]] = {}
+    for entry in next((r["extra"] for r in (side or {}).get("ranks", []) if r["rank"] == rank), []):
+        before.setdefault(entry["before"], []).append(entry["action"])
+    out = []
+    for action in row:
+        out += before.get(action, [])
+        out.append(action)
+    return out
+
+
+def _log_comms(stage, log: list) -> None:
+    """Log each send and receive the runtime posts for ``stage``, and its gradient reduction."""
+    for name, kind in _LOGGED.items():
+        method = getattr(stage, name)
+
+        def logged(mb, _method=method, _kind=kind):
+            log.append(f"{stage.stage_index}{_kind}{mb}")
+            return _method(mb)
+
+        setattr(stage, name, logged)
+    reduce = stage.perform_reduce_grad
+
+    def reduced(factor, _reduce=reduce):
+        log.append(f"{stage.stage_index}REDUCE_GRAD")
+        return _reduce(factor)
+
+    stage.perform_reduce_grad = reduced

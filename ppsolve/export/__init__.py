@@ -24,8 +24,8 @@ class Exporter:
     description: str
     suffix: str
 
-    def write(self, schedule: Any, path: str | Path, **options: Any) -> None:
-        importlib.import_module(self.module).write(schedule, path, **options)
+    def write(self, schedule: Any, path: str | Path, **options: Any) -> Any:
+        return importlib.import_module(self.module).write(schedule, path, **options)
 
 
 EXPORTERS: dict[str, Exporter] = {
@@ -34,6 +34,7 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("chrome-trace", "ppsolve.export.chrome_trace",
                  "Trace Event JSON for Perfetto (ui.perfetto.dev) and chrome://tracing", ".json"),
         Exporter("torch", "ppsolve.export.torch_csv",
+                 "compute_comms CSV (sends and receives placed; side file for offload and recompute) or "
                  "compute_only CSV for torch.distributed.pipelining's _PipelineScheduleRuntime._load_csv",
                  ".csv"),
     )

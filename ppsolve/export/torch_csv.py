@@ -1,50 +1,77 @@
-"""Export to ``torch.distributed.pipelining``: the compute_only CSV that
-``_PipelineScheduleRuntime._load_csv(path, format="compute_only")`` reads.
+"""Export to ``torch.distributed.pipelining``'s ``_PipelineScheduleRuntime._load_csv``.
 
-One row per rank, one action per cell, in the order the rank runs them (planned
-start): ``<stage>F<mb>`` forward, ``<stage>I<mb>`` input-gradient backward (our
-split B), ``<stage>W<mb>`` weight gradient, ``<stage>B<mb>`` full backward (our
-fused B). Stage numbers are global. PyTorch lowers it, adding the sends and
-receives itself. Its runtime has no offload action, so a schedule that offloads
-is refused.
+Two formats, one row per rank, one action per cell, global stage numbers
+(``<stage>F<mb>`` forward, ``I`` input-gradient backward = our split B, ``W`` weight
+gradient, ``B`` full backward = our fused B):
+
+- ``compute_comms`` (the default): the compute actions in planned order with the
+  sends and receives ppsolve placed (:mod:`ppsolve.export.torch_comms`) and
+  ``REDUCE_GRAD``; read with ``_load_csv(path, format="compute_comms")``. A plan
+  that offloads or recomputes also gets ``<out>.plan.json``
+  (:mod:`ppsolve.export.torch_levers`), which ``ppsolve.executor.torch_plan.attach``
+  reads.
+- ``compute_only``: the compute actions only; PyTorch adds the sends and receives
+  itself. It has no place for offload or recompute, so such a schedule is refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ppsolve.errors import NotApplicableError
-from ppsolve.jsonio import write_text_atomic
-from ppsolve.ops import OpKind
+from ppsolve.errors import InputError, NotApplicableError
+from ppsolve.export.torch_comms import compute_comms_rows, compute_order, torch_action
+from ppsolve.export.torch_levers import has_extra, side_plan
+from ppsolve.export.torch_replay import parse_rows, replay
+from ppsolve.jsonio import write_json_atomic, write_text_atomic
 from ppsolve.schedule import Schedule
 
-
-def torch_action(kind: OpKind, stage: int, microbatch: int, split: bool) -> str:
-    letter = {OpKind.F: "F", OpKind.B: "I" if split else "B", OpKind.W: "W"}[kind]
-    return f"{stage}{letter}{microbatch}"
+FORMATS = ("compute_comms", "compute_only")
 
 
 def to_torch_csv(schedule: Schedule) -> str:
-    """The CSV text; NotApplicableError for a schedule with OFFLOAD/RELOAD or R ops."""
+    """The compute_only CSV text; NotApplicableError for a schedule with OFFLOAD/RELOAD or R ops."""
     transfers = sum(1 for op in schedule.ops if op.kind.is_transfer)
     if transfers:
         raise NotApplicableError(
-            f"cannot export to torch: the schedule has {transfers} OFFLOAD/RELOAD ops and PyTorch's "
-            "pipelining runtime has no offload action (use `ppsolve run --runtime ppsolve`, or a schedule "
-            "without offload)")
+            f"cannot export to torch compute_only: the schedule has {transfers} OFFLOAD/RELOAD ops and a "
+            "compute_only file has no place for them (use --format compute_comms: it writes them to a side file)")
     if schedule.recomputed:
         raise NotApplicableError(
-            f"cannot export to torch: the schedule has {schedule.recomputed} R (recompute) ops and PyTorch's "
-            "pipelining runtime has no recompute action (use `ppsolve run --runtime ppsolve`, or a schedule "
-            "without recompute)")
+            f"cannot export to torch compute_only: the schedule has {schedule.recomputed} R (recompute) ops and a "
+            "compute_only file has no place for them (use --format compute_comms: it writes them to a side file)")
     split = schedule.problem.split_backward
-    rows = []
-    for device in range(schedule.problem.devices):
-        ops = [op for op in schedule.ops_of_device(device) if op.kind.is_compute]
-        rows.append(",".join(torch_action(op.kind, op.stage, op.microbatch, split) for op in ops))
+    rows = [",".join(torch_action(op.kind, op.stage, op.microbatch, split) for op in compute_order(schedule, d))
+            for d in range(schedule.problem.devices)]
     return "\n".join(rows) + "\n"
 
 
-def write(schedule: Schedule, path: str | Path) -> None:
-    """Write the compute_only CSV (``ppsolve export --to torch``)."""
-    write_text_atomic(path, to_torch_csv(schedule))
+def to_compute_comms_csv(schedule: Schedule) -> str:
+    """The compute_comms CSV text, replayed under the runtime's rules before it is returned
+    (a placement that could hang is a bug: DeadlockError)."""
+    text = "\n".join(",".join(row) for row in compute_comms_rows(schedule)) + "\n"
+    replay(parse_rows(text))
+    return text
+
+
+def plan_path(path: str | Path) -> Path:
+    """Where the side file of the CSV ``path`` goes: ``s.csv`` -> ``s.plan.json``."""
+    return Path(path).with_suffix(".plan.json")
+
+
+def write(schedule: Schedule, path: str | Path, format: str = "compute_comms") -> list[Path]:
+    """Write the CSV (``ppsolve export --to torch``) and, for a plan with offload or recompute in
+    the compute_comms format, its side file; return the paths written."""
+    if format not in FORMATS:
+        raise InputError("--format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "compute_only":
+        write_text_atomic(path, to_torch_csv(schedule))
+        return [Path(path)]
+    text = to_compute_comms_csv(schedule)
+    plan = side_plan(schedule)
+    written = [Path(path)]
+    if has_extra(plan):
+        side = plan_path(path)
+        write_json_atomic(side, plan)
+        written.append(side)
+    write_text_atomic(path, text)
+    return written

@@ -57,10 +57,10 @@ def test_torch_csv_is_accepted_by_torch_validation():
     assert mapping == {s: s % 4 for s in range(8)}
 
 
-def test_offload_schedule_cannot_go_to_torch():
+def test_offload_schedule_has_no_compute_only_csv():
     prob = problem(2, 2, offload=True)
     orders = add_offload(prob, pipelined_orders(prob, lag=1), {(0, 0)})
-    with pytest.raises(NotApplicableError, match="no offload action"):
+    with pytest.raises(NotApplicableError, match="compute_only file has no place for them"):
         to_torch_csv(make(prob, orders, "off"))
 
 
@@ -87,9 +87,9 @@ def test_cli_refuses_with_one_line(tmp_path, capsys):
     prob = problem(2, 2, offload=True)
     path = tmp_path / "s.json"
     make(prob, add_offload(prob, pipelined_orders(prob, lag=1), {(0, 0)}), "off").save(path)
-    assert main(["run", str(path), "--model", str(MODELS / "gpt-tiny.json"), "--runtime", "torch"]) == 2
+    assert main(["run", str(path), "--model", str(MODELS / "missing.json"), "--runtime", "torch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no offload action" in err[0]
+    assert len(err) == 1 and "missing.json" in err[0]
     assert main(["run", str(path), "--model", str(MODELS / "missing.json")]) == 2
 
 

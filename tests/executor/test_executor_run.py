@@ -86,7 +86,7 @@ def test_torch_runtime_split_backward_vshape():
     prob = problem(2, 4, chunks=2, placement="vshape")
     schedule = make(prob, pipelined_orders(prob, lag=1, w_delay=1), "v-order")
     outcome = run_schedule_and_compare(schedule, GPT, runtime="torch")
-    assert outcome.figures is None
+    _assert_peaks_match(outcome)  # the adapter's hooks count what ppsolve's runtime counts
 
 
 def test_failing_rank_stops_the_run_with_its_error():

@@ -1,0 +1,187 @@
+"""Replay a ``compute_comms`` CSV as PyTorch's ``_PipelineScheduleRuntime`` runs it, to show it cannot hang.
+
+The runtime's rules (torch 2.13, ``_step_microbatches``), as modelled here:
+
+- each rank runs its row in order; posting a send or a receive does not block the rank
+  (``batch_isend_irecv``); a send needs its producing op done on this rank (it sends
+  that op's output);
+- a compute op blocks the rank until the receive it consumes has completed
+  (F: ``RECV_F`` of its stage and microbatch, I/B: ``RECV_B``); it must have been posted
+  earlier in the row (the runtime raises otherwise); an input from a stage on the same
+  rank needs that stage's op done earlier in the row; W needs its I;
+- the messages two ranks exchange, in both directions, form one FIFO channel: the k-th
+  send or receive one rank posts with a peer matches the k-th the peer posts with it
+  (gloo matches in order; NCCL serializes a pair's operations on one stream), and it
+  completes once both are posted and the (k-1)-th has completed. A mismatch (the k-th
+  are not the two ends of one message) is an error: the tensor would go to the wrong
+  buffer, or the ranks would hang.
+
+``recv_blocks=True`` is stricter still: a receive also blocks its rank until it
+completes (PyTorch's own ``_simulate_comms_compute`` assumes this).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ppsolve.errors import DeadlockError, InputError
+
+_ACTION = re.compile(r"^(\d+)(F|I|B|W|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
+_COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+
+
+@dataclass(frozen=True)
+class Action:
+    stage: int
+    kind: str
+    microbatch: int | None
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{'' if self.microbatch is None else self.microbatch}"
+
+
+def parse_action(text: str, where: str) -> Action:
+    match = _ACTION.match(text.strip())
+    if not match:
+        raise InputError(where, f"not a torch pipelining action: {text!r}")
+    stage, kind, mb = match.groups()
+    return Action(int(stage), kind, int(mb) if mb else None)
+
+
+def parse_rows(text: str) -> list[list[Action]]:
+    """The CSV text as actions per rank (one row per rank, one action per cell)."""
+    return [[parse_action(cell, f"csv row {r} column {c}") for c, cell in enumerate(line.split(","))]
+            for r, line in enumerate(text.splitlines()) if line.strip()]
+
+
+def _peer_stage(a: Action) -> int:
+    return a.stage + 1 if a.kind in ("SEND_F", "RECV_B") else a.stage - 1
+
+
+def _message(a: Action) -> tuple:
+    """What a send or receive carries: (direction, sending stage, microbatch)."""
+    sender = a.stage if a.kind.startswith("SEND") else _peer_stage(a)
+    return (a.kind[-1], sender, a.microbatch)
+
+
+def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
+    """Run the rows under the rules above; return the number of rounds it took
+    (each round lets every rank go as far as it can). DeadlockError when some rank can
+    never go on, naming each stuck rank's action and what it waits for; InputError
+    for an action the runtime would refuse."""
+    rank_of: dict[int, int] = {}
+    for rank, row in enumerate(rows):
+        for a in row:
+            if a.kind in ("F", "I", "B", "W") and rank_of.setdefault(a.stage, rank) != rank:
+                raise InputError("csv", f"stage {a.stage} has actions on ranks {rank_of[a.stage]} and {rank}")
+    channel_index = _match_channels(rows, rank_of)
+    done: list[set] = [set() for _ in rows]
+    posted: list[dict] = [{} for _ in rows]  # (kind, stage, mb) -> (((low, high), k), row index): sends, receives
+    issued: dict[tuple, set[int]] = {}  # (low, high, k) -> ranks that posted it
+    completed: dict[tuple[int, int], int] = {}  # (low, high) -> channel ops completed
+    pc = [0] * len(rows)
+    rounds = 0
+
+    def complete(pair):
+        while len(issued.get(pair + (completed.get(pair, 0),), ())) == 2:
+            completed[pair] = completed.get(pair, 0) + 1
+
+    def post(rank: int, a: Action) -> None:
+        if a.kind.startswith("SEND"):
+            producer = ("F",) if a.kind == "SEND_F" else ("I", "B")
+            if not any((k, a.stage, a.microbatch) in done[rank] for k in producer):
+                raise InputError("csv", f"rank {rank} action {pc[rank]} ({a}): sends the output of an op not run "
+                                        "before it on this rank")
+        key = (a.kind, a.stage, a.microbatch)
+        if key in posted[rank]:
+            raise InputError("csv", f"rank {rank} action {pc[rank]} ({a}): posted twice")
+        pair_k = channel_index[(rank, pc[rank])]
+        posted[rank][key] = (pair_k, pc[rank])
+        issued.setdefault(pair_k[0] + (pair_k[1],), set()).add(rank)
+        complete(pair_k[0])
+
+    def is_complete(peer_pair_k) -> bool:
+        pair, k = peer_pair_k
+        return completed.get(pair, 0) > k
+
+    def blocker(rank: int, a: Action):
+        """None when action ``a`` can run now, else what it waits for (InputError if never)."""
+        here = f"rank {rank} action {pc[rank]} ({a})"
+        if a.kind in _COMMS:
+            if recv_blocks and a.kind.startswith("RECV") and not is_complete(channel_index[(rank, pc[rank])]):
+                return f"its sender (rank {rank_of[_peer_stage(a)]})"
+            return None
+        if a.kind == "REDUCE_GRAD":
+            return None
+        if a.kind == "W":
+            if ("I", a.stage, a.microbatch) not in done[rank]:
+                raise InputError("csv", f"{here}: W before its I on this rank")
+            return None
+        forward = a.kind == "F"
+        if not forward and ("F", a.stage, a.microbatch) not in done[rank]:
+            raise InputError("csv", f"{here}: backward before its forward on this rank")
+        source = a.stage - 1 if forward else a.stage + 1
+        if source < 0 or source not in rank_of:
+            return None
+        if rank_of[source] == rank:
+            kinds = ("F",) if forward else ("I", "B")
+            if not any((k, source, a.microbatch) in done[rank] for k in kinds):
+                raise InputError("csv", f"{here}: its input from stage {source} (same rank) is not computed before it")
+            return None
+        need = Action(a.stage, "RECV_F" if forward else "RECV_B", a.microbatch)
+        recv = (need.kind, need.stage, need.microbatch)
+        if recv not in posted[rank]:
+            raise InputError("csv", f"{here}: consumes {need}, not posted before it on this rank")
+        return None if is_complete(posted[rank][recv][0]) else f"{need} from rank {rank_of[source]}"
+
+    while any(pc[r] < len(row) for r, row in enumerate(rows)):
+        rounds += 1
+        progress = False
+        for rank, row in enumerate(rows):
+            while pc[rank] < len(row):
+                a = row[pc[rank]]
+                key = (a.kind, a.stage, a.microbatch)
+                if a.kind in _COMMS and posted[rank].get(key, (None, None))[1] != pc[rank]:
+                    post(rank, a)
+                    progress = True
+                if blocker(rank, a) is not None:
+                    break
+                done[rank].add((a.kind, a.stage, a.microbatch))
+                pc[rank] += 1
+                progress = True
+        if not progress:
+            stuck = [f"rank {r} at action {pc[r]} ({row[pc[r]]}) waits for {blocker(r, row[pc[r]])}"
+                     for r, row in enumerate(rows) if pc[r] < len(row)]
+            raise DeadlockError("the schedule hangs: " + "; ".join(stuck))
+    return rounds
+
+
+def _match_channels(rows: list[list[Action]], rank_of: dict[int, int]) -> dict[tuple[int, int], tuple]:
+    """For each send or receive (rank, index): ((low rank, high rank), k), its place in its channel;
+    InputError when the two ranks' k-th actions on a channel are not the ends of one message."""
+    sequences: dict[tuple[int, int], list[tuple[int, int, Action]]] = {}
+    count: dict[tuple[int, int], int] = {}  # (rank, peer): its actions on the channel so far
+    out = {}
+    for rank, row in enumerate(rows):
+        for i, a in enumerate(row):
+            if a.kind not in _COMMS:
+                continue
+            peer = rank_of.get(_peer_stage(a))
+            if peer is None or peer == rank:
+                raise InputError("csv", f"rank {rank} action {i} ({a}): no stage {_peer_stage(a)} on another rank")
+            pair = (min(rank, peer), max(rank, peer))
+            out[(rank, i)] = (pair, count.get((rank, peer), 0))
+            count[(rank, peer)] = count.get((rank, peer), 0) + 1
+            sequences.setdefault(pair, []).append((rank, i, a))
+    for (low, high), seq in sequences.items():
+        ends = {r: [a for rank, _, a in seq if rank == r] for r in (low, high)}
+        for k, (x, y) in enumerate(zip(ends[low], ends[high])):
+            if _message(x) != _message(y) or x.kind[:4] == y.kind[:4]:
+                raise InputError("csv", f"ranks {low} and {high}: their message {k} is {x} on rank {low} but {y} "
+                                        f"on rank {high} (each pair of ranks must post its sends and receives "
+                                        "in one order)")
+        if len(ends[low]) != len(ends[high]):
+            raise InputError("csv", f"ranks {low} and {high}: {len(ends[low])} sends and receives on rank {low}, "
+                                    f"{len(ends[high])} on rank {high}")
+    return out
