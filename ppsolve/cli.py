@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import sys
+import time
 from typing import Sequence
 
 from ppsolve import __version__
@@ -61,12 +62,14 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()  # the command's own work starts here: a time limit counts from it
     parser = build_parser()
     args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
+    args.started = started
     try:
         return int(args.handler(args) or 0)
     except PpsolveError as exc:
-        print(f"ppsolve {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ppsolve {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"ppsolve {args.command}: interrupted", file=sys.stderr)
@@ -75,8 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a file system problem not caught closer to its cause
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"ppsolve {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"ppsolve {args.command}: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (a newline in a field name or a path, a lone
+    surrogate) written as its escape, so that an error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def entry() -> None:

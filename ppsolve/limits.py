@@ -24,6 +24,21 @@ MAX_MAGNITUDE = 1e12
 """The largest absolute value of any number in a file (times, memory, bandwidth, start and end), and of a
 transfer's duration (amount / bandwidth): MAX_OPS ops this long still sum far inside a 64-bit integer,
 the solver's domain."""
+MIN_MAGNITUDE = 1e-12
+"""The smallest absolute value of a non-zero number in a problem: with MAX_MAGNITUDE, every ratio and
+product of two of its numbers stays within 1e-24..1e24, far inside a float's range (5e-324 or 1e-300
+beside 1e12 would overflow a quotient to infinity)."""
+MAX_SCHEDULE_MAGNITUDE = 1e18
+"""The largest absolute value of a number in a schedule file outside its problem (start, end, metrics,
+bounds): 2 * MAX_OPS ops and as many latencies, each at most MAX_MAGNITUDE, end by 4e17, so every
+schedule ppsolve writes for a problem it accepts is one it reads back."""
+MAX_TIME_RANGE = 1e9
+"""The longest duration in a problem (an op, the p2p latency, moving a stage's whole offloadable share)
+over its shortest non-zero one: sums of 100 000 ops still resolve the shortest to about 1e-2 of itself
+in 64-bit floats (a reload of 1e-12 beside forwards of 1e12 vanished in them and deadlocked the runtime)."""
+MAX_SECONDS = 1e9
+"""The longest time limit a command takes (``--time-limit``, ``--split``), in seconds (31 years): a limit
+is written into the schedule file, so it stays a number ppsolve reads back."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
 
@@ -50,6 +65,23 @@ def check_transfer_time(amount: float, bandwidth: float, where: str) -> None:
     if amount / bandwidth > MAX_MAGNITUDE:
         raise InputError(where, f"too small: moving {amount:g} would take {amount / bandwidth:.3g}, beyond "
                                 f"ppsolve's limit of {MAX_MAGNITUDE:g} per op")
+
+
+def check_time_range(durations: list[tuple[float, str]], where: str) -> None:
+    """Refuse durations (value, field) whose longest passes MAX_TIME_RANGE times the shortest non-zero one."""
+    present = [(value, name) for value, name in durations if value > 0]
+    if not present:
+        return
+    (short, short_at), (long, long_at) = min(present), max(present)
+    if long > MAX_TIME_RANGE * short:
+        raise InputError(where, f"durations span {short:g} ({short_at}) to {long:g} ({long_at}), beyond ppsolve's "
+                                f"limit of {MAX_TIME_RANGE:g} between the shortest and the longest")
+
+
+def check_seconds(value: float, where: str) -> None:
+    """Refuse a time limit that is not > 0 and at most MAX_SECONDS (NaN included)."""
+    if not 0 < value <= MAX_SECONDS:
+        raise InputError(where, f"must be > 0 seconds and at most {MAX_SECONDS:g}, got {value:g}")
 
 
 def compute_op_count(data: dict) -> int:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
-from ppsolve.limits import check_counts, check_transfer_time
+from ppsolve.limits import check_counts, check_time_range, check_transfer_time
 from ppsolve.ops import Op, OpKind
 from ppsolve.schemas import validate
 
@@ -388,6 +388,7 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
     offload = _offload_config(data.get("offload"), devices, activation, f"{where}.offload")
     recompute = _recompute_config(data.get("recompute"), activation, per_stage["forward"], f"{where}.recompute")
 
+    check_time_range(_durations(per_stage, float(time.get("p2p", 0.0)), activation, offload, recompute), where)
     return Problem(
         devices=devices, microbatches=microbatches, chunks=chunks, placement_spec=placement_spec,
         split_backward=data.get("backward", "split") == "split",
@@ -397,6 +398,20 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
         recompute=recompute, name=data.get("name"), annotations={k: v for k, v in data.items() if k.startswith("x-")},
         source=copy.deepcopy(data),
     )
+
+
+def _durations(per_stage: dict, p2p: float, activation, offload: "OffloadConfig | None",
+               recompute: "RecomputeConfig | None") -> list[tuple[float, str]]:
+    """Every duration a problem sets, with its field: compute ops, the latency, whole-share transfers."""
+    out = [(v, f"time.{key}[{s}]") for key, values in per_stage.items() for s, v in enumerate(values)]
+    out.append((p2p, "time.p2p"))
+    if recompute is not None:
+        out += [(v, f"recompute.time[{s}]") for s, v in enumerate(recompute.time)]
+    if offload is not None:
+        for s, (f, a) in enumerate(zip(offload.fraction, activation)):
+            out += [(f * a / offload.d2h, f"offload of stage {s} at bandwidth.d2h"),
+                    (f * a / offload.h2d, f"reload of stage {s} at bandwidth.h2d")]
+    return out
 
 
 def load_problem(path: str | Path) -> Problem:

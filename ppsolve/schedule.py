@@ -10,7 +10,7 @@ from typing import Any, Iterable, NamedTuple
 from ppsolve.errors import InputError
 from ppsolve.gcpause import without_gc
 from ppsolve.jsonio import read_json, write_json_atomic
-from ppsolve.limits import MAX_OPS
+from ppsolve.limits import MAX_OPS, MAX_SCHEDULE_MAGNITUDE
 from ppsolve.memory import peak_memory
 from ppsolve.ops import TRANSFER_KINDS, Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
@@ -72,6 +72,11 @@ class MethodInfo:
                "seconds": round(self.seconds, 6)}
         out.update(self.extra)
         return out
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C ended the search that made it (``method.interrupted``; absent: no)."""
+        return self.extra.get("interrupted") is True
 
     @classmethod
     def from_dict(cls, data: dict) -> "MethodInfo":
@@ -203,7 +208,7 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     """Validate a schedule file's content; InputError names the bad field."""
     if isinstance(data, dict) and isinstance(data.get("ops"), list) and len(data["ops"]) > 2 * MAX_OPS:
         raise InputError(f"{where}.ops", f"has {len(data['ops'])} ops; ppsolve's limit is {2 * MAX_OPS}")
-    validate(data, "schedule", where)
+    validate(data, "schedule", where, MAX_SCHEDULE_MAGNITUDE, 0.0)  # its problem: by problem_from_dict
     problem = problem_from_dict(data["problem"], f"{where}.problem")
     ops = []
     for index, raw in enumerate(data["ops"]):

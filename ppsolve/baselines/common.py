@@ -7,6 +7,7 @@ every baseline output re-times to itself.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -84,8 +85,10 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                                   "(--ignore-capacity builds it anyway)")
         extra["capacity_broken"] = True
         extra["capacity_broken_on"] = [d for d, _, _ in over]
-    return make_schedule(problem, ops, name, params=params or {}, status="heuristic",
-                         lower_bound=makespan_lower_bound(problem).value,
+    bound = makespan_lower_bound(problem).value
+    if not math.isfinite(bound):  # no schedule fits the cap (--ignore-capacity): the bound without it
+        bound = makespan_lower_bound(problem.replace(capacity=None)).value
+    return make_schedule(problem, ops, name, params=params or {}, status="heuristic", lower_bound=bound,
                          seconds=time.perf_counter() - started, **extra)
 
 

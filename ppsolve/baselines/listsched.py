@@ -114,8 +114,8 @@ class _ListScheduler:
             self.act = list(problem.activation)
             self.hold = list(problem.weight_hold) if problem.split_backward else [0.0] * S
         self.split = problem.split_backward
-        self.first = [min(st) for st in problem.stages_of_device]
-        self.rest = [sum(self.act[s] for s in st) - self.act[min(st)] for st in problem.stages_of_device]
+        self.first = [min(st, default=-1) for st in problem.stages_of_device]  # -1: a device without a stage
+        self.rest = [sum(self.act[s] for s in st) - self.act[min(st)] if st else 0.0 for st in problem.stages_of_device]
         self.limit = list(policy.limit)
         # offload: amounts and which B start triggers the reload
         self.amount = [0.0] * S
@@ -158,7 +158,7 @@ class _ListScheduler:
             classes.remove(_RFC)
             classes.insert(classes.index(_RB), _RFC)
         new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
-        lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) for st in p.stages_of_device]
+        lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) if st else 0.0 for st in p.stages_of_device]
         orders: list[list[Op]] = [[] for _ in range(D)]
         rb = [[] for _ in range(D)]   # ready B: (j, -s), or (-s, j) with late_first
         rfc = [[] for _ in range(D)]  # ready continuation F: (j, s), or (-s, j) with late_first

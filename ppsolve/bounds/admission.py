@@ -36,6 +36,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
 _EPS = 1e-9
+MAX_BLOCKS = 32
 
 
 def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
@@ -53,14 +54,13 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
     forward = problem.forward[0]
     starts: list[float] = []
     for j in range(problem.microbatches):
+        # earlier microbatches whose B(0, .) has not ended: 0..most, taken in blocks
+        most = min(j, math.floor((cap - act) / kept + _EPS)) if cap - act >= -_EPS else -1
         best = math.inf
-        for active in range(j + 1):  # earlier microbatches whose B(0, .) has not ended
-            room = cap - act - active * kept
-            if room < -_EPS:
-                break
-            ended_b = j - active
-            holding = ended_b if hold <= _EPS else min(ended_b, math.floor(room / hold + _EPS))
-            ended_w = ended_b - holding
+        for lo, hi in _blocks(most + 1):
+            room = max(0.0, cap - act - lo * kept)
+            ended_b = j - hi  # at least, for every count of active ones in lo..hi
+            ended_w = 0 if hold <= _EPS else max(0, ended_b - math.floor(room / hold + _EPS))
             when = max(starts[ended_b - 1] + to_b_end if ended_b else 0.0,
                        starts[ended_w - 1] + to_w_end if ended_w else 0.0)
             best = min(best, when)
@@ -68,6 +68,14 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
             return None
         starts.append(max(best, starts[-1] + forward if starts else 0.0))
     return starts
+
+
+def _blocks(count: int) -> list[tuple[int, int]]:
+    """``range(count)`` as at most ``MAX_BLOCKS`` consecutive blocks (lo, hi), inclusive: the bound of a
+    block (the fewest B's and W's ended for any count in it) is at most each count's, so the work stays
+    ``MAX_BLOCKS`` per microbatch however large the cap is beside an activation."""
+    size = max(1, -(-count // MAX_BLOCKS))
+    return [(lo, min(count, lo + size) - 1) for lo in range(0, count, size)]
 
 
 def admission_bound(problem: Problem, device: int, starts: list[float] | None, heads: dict, tails: dict) -> float:

@@ -48,10 +48,12 @@ class MakespanBound:
         candidates += [(b, f"load of device {d} with the recompute its cap forces")
                        for d, b in enumerate(self.recompute_bounds)]
         top = max(c[0] for c in candidates)
-        return next(name for value, name in candidates if value >= top - 1e-9 * max(1.0, top))  # ties: the simplest
+        ties = (name for value, name in candidates if value >= top - 1e-9 * max(1.0, top))  # ties: the simplest
+        return next(ties, candidates[0][1])
 
 
 Durations = Callable[[OpKind, int], float]
+MAX_IDLE_TIMES = 256  # times t_B at which the idle before the first B is evaluated, at most (in blocks beyond)
 
 
 def _one_microbatch(problem: Problem, duration: Durations | None = None,
@@ -341,7 +343,14 @@ def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: l
     for h, f, k in zip(heads, x.F, kept):
         fits = 0 if f <= 0 else m if k <= 0 else min(m, math.floor(budget / k + 1e-9) + 1)
         times.update(t for t in (h + n * f for n in range(1, fits + 1)) if t > first_b)
-    return min(t - most_before(t) for t in times)
+    if len(times) <= MAX_IDLE_TIMES:
+        return min(t - most_before(t) for t in times)
+    # Blocks of consecutive times: work before t only rises with t, so first - most_before(last) is at
+    # most every t - most_before(t) of a block (a lower bound, with the work capped by the op count).
+    ordered = sorted(times)
+    size = -(-len(ordered) // MAX_IDLE_TIMES)
+    return min(ordered[i] - most_before(ordered[min(len(ordered), i + size) - 1])
+               for i in range(0, len(ordered), size))
 
 
 def _before_first_b(x: _DeviceData, m: int, cap: float, head: float, first_b: float, d2h: float) -> float:
@@ -427,5 +436,5 @@ def require_feasible_capacity(problem: Problem) -> None:
     levers = " or ".join(name for name, able in (("offload", problem.can_offload),
                                                  ("recompute", problem.can_recompute)) if able)
     text += f"; {min_capacity(problem)[device]:g} without {levers})" if levers else ")"
-    others = f"; {len(short) - 1} other device(s) too (ppsolve bound lists them)" if len(short) > 1 else ""
+    others = f"; {len(short) - 1} other device(s) too" if len(short) > 1 else ""
     raise InfeasibleError(f"infeasible memory capacity: {text}, capacity is {cap:g}{others}")

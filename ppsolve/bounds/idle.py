@@ -66,7 +66,13 @@ def _one_item_groups(items: list[tuple[int, float, float]], budget: float) -> fl
 
 
 def _one_group(group: Group, budget: float) -> float:
-    """Exact: try every count of the first item, fill up with the second."""
+    """Exact: as many as fit of a lone item; else try every count of the first item (up to
+    EXACT_CHOICES; beyond, the linear relaxation), fill up with the second."""
+    if len(group.items) == 1:
+        w, v = group.items[0]
+        return max(0, _usable(group, budget)) * max(0.0, v)
+    if group.count > EXACT_CHOICES:
+        return min(lam * budget + rest for lam, rest in dual_lines([group]))
     items = list(group.items) + [(0.0, 0.0)] * (2 - len(group.items))
     (w1, v1), (w2, v2) = items
     best = 0.0

@@ -45,6 +45,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
 ROUNDS = 64
+MAX_CAP_RULES = 64  # the cap's choices of ``a`` are taken in at most this many blocks (see _cap_wait)
 _EPS = 1e-9
 
 
@@ -93,22 +94,32 @@ class _Passes:
             if cap is None or act <= _EPS or cap < act - _EPS:
                 continue
             hold = problem.weight_hold[s] if self.split else 0.0
+            most = int(math.floor((cap - act) / act + _EPS))  # microbatches still active beside a new one
+            if most >= self.m - 1:
+                continue  # the cap holds every microbatch at once: it never delays a forward
             rules = []
-            for active in range(int(math.floor((cap - act) / act + _EPS)) + 1):
-                room = cap - act - active * act
-                rules.append((active, None if hold <= _EPS else int(math.floor(room / hold + _EPS))))
+            for lo, hi in _blocks(most + 1):
+                room = cap - act - lo * act
+                rules.append((lo, hi, None if hold <= _EPS else int(math.floor(room / hold + _EPS))))
             self.cap_rules[s] = rules
             self.cap_lags[s] = memory_lags(cap, act, hold)
 
     def _cap_wait(self, s: int) -> np.ndarray:
-        """Earliest starts of F(s, .) that the cap of its device allows (stage s alone)."""
+        """Earliest starts of F(s, .) that the cap of its device allows (stage s alone).
+
+        The least over ``a`` of max(end of B(s, j - a - 1), end of W(s, j - a - h(a) - 1)), taken over
+        blocks lo <= a <= hi: ends rise with j, and a + h(a) falls as a rises (a hold is at most an
+        activation), so max(end of B(s, j - hi - 1), end of W(s, j - lo - h(lo) - 1)) is at most every
+        term of its block; the work is at most ``MAX_CAP_RULES`` passes over the microbatches however
+        large the cap is beside an activation.
+        """
         end_b = self.head[(OpKind.B, s)] + self.dur[(OpKind.B, s)]
         end_w = self.head[(OpKind.W, s)] + self.dur[(OpKind.W, s)] if self.split else None
         best = np.full(self.m, np.inf)
-        for active, holds in self.cap_rules[s]:
-            when = _shift(end_b, active + 1)  # B(s, j - active - 1) has ended
+        for lo, hi, holds in self.cap_rules[s]:
+            when = _shift(end_b, hi + 1)  # B(s, j - active - 1) has ended, active <= hi
             if end_w is not None and holds is not None:
-                when = np.maximum(when, _shift(end_w, active + holds + 1))
+                when = np.maximum(when, _shift(end_w, lo + holds + 1))
             best = np.minimum(best, when)
         return best
 
@@ -143,6 +154,12 @@ class _Passes:
                 changed = True
             self.tail[key] = new
         return changed
+
+
+def _blocks(count: int) -> list[tuple[int, int]]:
+    """``range(count)`` as at most ``MAX_CAP_RULES`` consecutive blocks (lo, hi), inclusive."""
+    size = -(-count // MAX_CAP_RULES)
+    return [(lo, min(count, lo + size) - 1) for lo in range(0, count, size)]
 
 
 def _one_machine(heads: np.ndarray, durations: np.ndarray, tails: np.ndarray) -> float:

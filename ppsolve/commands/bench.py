@@ -30,10 +30,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ppsolve.studies.bench import collect_problems, run_bench, select_methods, write_csv, write_markdown
     from ppsolve.errors import InputError
+    from ppsolve.limits import check_seconds
     from ppsolve.methods import RunOptions
 
-    if not args.time_limit > 0:
-        raise InputError("--time-limit", f"must be > 0 seconds, got {args.time_limit:g}")
+    check_seconds(args.time_limit, "--time-limit")
     problems = collect_problems(args.problems or ["instances"])
     methods = select_methods(args.methods)
     out = Path(args.out)

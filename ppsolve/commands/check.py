@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=1))
         return 0 if report.ok else 1
     peaks = ", ".join(f"{p:g}" for p in report.peak_memory)
-    print(f"{args.schedule}: method {schedule.method.name}, makespan {report.makespan:g}, "
+    stopped = " (interrupted: the best found before Ctrl-C)" if schedule.method.interrupted else ""
+    print(f"{args.schedule}: method {schedule.method.name}{stopped}, makespan {report.makespan:g}, "
           f"bubble {report.bubble_ratio:.1%}, peak memory [{peaks}], offloaded {report.offloaded:g}, "
           f"recomputed {report.recomputed}")
     if report.retimed_makespan is not None:

@@ -26,14 +26,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.jsonio import require_directory
+    from ppsolve.limits import MAX_MAGNITUDE, MIN_MAGNITUDE
 
     exporter = get_exporter(args.to)
     options = {}
     if args.unit_us is not None:
         if exporter.name != "chrome-trace":
             raise InputError("--unit-us", f"only applies to --to chrome-trace, not {exporter.name}")
-        if not args.unit_us > 0:
-            raise InputError("--unit-us", f"must be > 0, got {args.unit_us:g}")
+        if not MIN_MAGNITUDE <= args.unit_us <= MAX_MAGNITUDE:  # times up to 1e18 stay finite in the trace
+            raise InputError("--unit-us", f"must be between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}, "
+                                          f"got {args.unit_us:g}")
         options["unit_us"] = args.unit_us
     if args.format is not None:
         if exporter.name != "torch":

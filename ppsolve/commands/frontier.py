@@ -34,6 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
+    from ppsolve.limits import check_seconds
     from ppsolve.studies.frontier import compute_frontier, parse_capacities, write_frontier_csv
     from ppsolve.plot.figure import image_format
     from ppsolve.plot.frontier_plot import plot_frontier
@@ -45,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     require_directory(args.output)
     if args.csv:
         require_directory(args.csv)
-    if not args.time_limit > 0:
-        raise InputError("--time-limit", f"must be > 0 seconds, got {args.time_limit:g}")
+    check_seconds(args.time_limit, "--time-limit")
     if not 2 <= args.points <= 40:
         raise InputError("--points", f"must be between 2 and 40, got {args.points}")
     capacities = parse_capacities(args.capacities)

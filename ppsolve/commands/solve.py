@@ -69,21 +69,10 @@ def _warm_schedule(choice: str):
     return schedule_from_dict(read_json(choice, "warm-start"), "warm-start")
 
 
-def _process_start() -> float | None:
-    """time.monotonic() when this process started, when the process is the ppsolve program itself
-    (not a caller of ``main()``, such as a test run), so that --time-limit counts the interpreter's
-    start-up too (Linux); None otherwise."""
+def _is_program() -> bool:
+    """Whether this process is the ppsolve program itself (not a caller of ``main()``, such as a test run)."""
     program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
-    if not (program.name == "ppsolve" or (program.name == "__main__.py" and program.parent.name == "ppsolve")):
-        return None
-    try:
-        with open("/proc/self/stat") as fh:
-            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as fh:
-            uptime = float(fh.read().split()[0])
-        return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
+    return program.name == "ppsolve" or (program.name == "__main__.py" and program.parent.name == "ppsolve")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     warn_implausible(problem)
     warm_schedule = _warm_schedule(args.warm_start)
     from ppsolve.solvers import SolveOptions, solve
-    started = _process_start()
-    deadline = (started if started is not None else time.monotonic()) + args.time_limit
+    started = getattr(args, "started", None) or time.monotonic()  # cli.main: when the command began
+    deadline = started + args.time_limit
     result = solve(problem, SolveOptions(
         solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
         makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start,
@@ -157,7 +146,7 @@ def _advice(problem_path: str, result, deadline: float):
 
 
 def _done(result) -> int:
-    if result.interrupted or (result.abandoned and _process_start() is not None):
+    if result.interrupted or (result.abandoned and _is_program()):
         # After a stopped search, OR-Tools 9.15 sometimes aborts while the interpreter shuts down
         # ("terminate called without an active exception"), and a search left running in a thread
         # (HiGHS past its limit) aborts it too; the schedule is written, so leave now.

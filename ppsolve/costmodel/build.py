@@ -147,7 +147,8 @@ def problem_data(model: Transformer, hardware: Hardware, layout: Layout, partiti
         data["recompute"] = {"keep": [g(c.keep) for c in costs],
                              "time": [t(c.recompute, c.forward_bytes) for c in costs]}
     if layout.offload:
-        bandwidth = round(gib_per_ms(hardware.gpu.host_link_gbps), 6)
+        bandwidth = gib_per_ms(hardware.gpu.host_link_gbps)
+        bandwidth = round(bandwidth, 6) if bandwidth >= 1e-3 else float(f"{bandwidth:.6g}")  # a slow link: not 0
         data["offload"] = {"fraction": 1, "bandwidth": {"d2h": bandwidth, "h2d": bandwidth}}
         links = _links(layout, hardware)
         if links:

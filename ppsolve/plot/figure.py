@@ -40,8 +40,23 @@ def new_figure(width: float, height: float, layout: str | None = None):
     return Figure(figsize=(width, height), layout=layout)
 
 
+def _as_typed(figure) -> None:
+    """Every text of ``figure`` drawn as typed: ``$`` is not matplotlib's math mode, and a character the
+    fonts cannot take (a lone surrogate, a control character) shows as '?' (names and units are the user's)."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
+        value = text.get_text()
+        clean = "".join(c if c.isprintable() or c == "\n" else "?"
+                        for c in value.encode("utf-8", "replace").decode("utf-8"))
+        if clean != value:
+            text.set_text(clean)
+
+
 def render(figure, fmt: str, dpi: float = 100) -> bytes:
     """The figure's bytes in ``fmt``; no timestamps, so equal figures give equal files."""
+    _as_typed(figure)
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     buffer = io.BytesIO()
     figure.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)

@@ -13,7 +13,7 @@ import fastjsonschema
 import jsonschema
 
 from ppsolve.errors import InputError
-from ppsolve.limits import MAX_DEPTH, MAX_MAGNITUDE
+from ppsolve.limits import MAX_DEPTH, MAX_MAGNITUDE, MIN_MAGNITUDE
 
 SCHEMA_NAMES = ("problem", "schedule", "transformer", "hardware", "gpus")
 
@@ -105,11 +105,13 @@ def _describe(error: jsonschema.ValidationError, prefix: str) -> InputError:
     return InputError(where, error.message)
 
 
-def validate(instance: Any, name: str, prefix: str) -> None:
-    """Raise InputError for the first violation of schema ``name`` in ``instance``."""
+def validate(instance: Any, name: str, prefix: str, largest: float = MAX_MAGNITUDE,
+             smallest: float = MIN_MAGNITUDE) -> None:
+    """Raise InputError for the first violation of schema ``name`` in ``instance`` (numbers: see
+    :func:`check_values`)."""
     if not isinstance(instance, dict):
         raise InputError(prefix, f"must be a JSON object, got {_json_type(instance)}")
-    check_values(instance, prefix)
+    check_values(instance, prefix, largest, smallest)
     try:
         _fast_validator(name)(instance)
         return
@@ -130,15 +132,16 @@ def _about_format(error: jsonschema.ValidationError) -> bool:
     return path == ["format"] or (not path and error.validator == "required" and "'format'" in error.message)
 
 
-def check_values(value: Any, where: str) -> None:
-    """Refuse nesting deeper than MAX_DEPTH and numbers that are not finite or pass MAX_MAGNITUDE.
+def check_values(value: Any, where: str, largest: float = MAX_MAGNITUDE, smallest: float = 0.0) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and numbers that are not finite, pass ``largest`` in magnitude,
+    or are non-zero and below ``smallest`` in magnitude.
 
     Iterative, so a deeply nested file cannot exhaust the interpreter's stack; runs
     before the schema check, which would recurse into it. Only containers go on the
     stack: the numbers of a container are checked where they stand (a schedule's ops
     are most of a large file).
     """
-    _check_number(value, where, ())
+    _check_number(value, where, (), largest, smallest)
     if not isinstance(value, (dict, list)):
         return
     stack: list[tuple[Any, tuple, int]] = [(value, (), 0)]
@@ -151,21 +154,25 @@ def check_values(value: Any, where: str) -> None:
         for key, child in pairs:
             if isinstance(child, (dict, list)):
                 children.append((child, (*path, key), depth + 1))
-            elif isinstance(child, (int, float)) and not isinstance(child, bool) and not (
-                    -MAX_MAGNITUDE <= child <= MAX_MAGNITUDE):
-                _check_number(child, where, (*path, key))
+            elif isinstance(child, (int, float)) and not isinstance(child, bool) and (
+                    not -largest <= child <= largest or (child and -smallest < child < smallest)):
+                _check_number(child, where, (*path, key), largest, smallest)
         stack.extend(reversed(children))
 
 
-def _check_number(item: Any, where: str, path: tuple) -> None:
-    """The error for a number that is not finite or passes MAX_MAGNITUDE (nothing for anything else)."""
+def _check_number(item: Any, where: str, path: tuple, largest: float, smallest: float) -> None:
+    """The error for a number that is not finite or out of ``smallest..largest`` in magnitude (and not
+    0), nothing for anything else."""
     if isinstance(item, bool) or not isinstance(item, (int, float)):
         return
     if isinstance(item, float) and not math.isfinite(item):
         raise InputError(field_path(where, path), f"must be a finite number, got {item}")
-    if abs(item) > MAX_MAGNITUDE:
+    if abs(item) > largest:
         raise InputError(field_path(where, path),
-                         f"must be at most {MAX_MAGNITUDE:g} in magnitude (ppsolve's limit), got {_big(item)}")
+                         f"must be at most {largest:g} in magnitude (ppsolve's limit), got {_big(item)}")
+    if item and abs(item) < smallest:
+        raise InputError(field_path(where, path),
+                         f"must be 0 or at least {smallest:g} in magnitude (ppsolve's limit), got {item:g}")
 
 
 def _big(number: int | float) -> str:

@@ -98,7 +98,7 @@ class SolveOptions:
     offload: bool = True
     recompute: bool = True  # the problem's recompute block may be used (False: keep or offload only)
     stream: TextIO | None = None
-    started: float | None = None  # time.monotonic() when the run began (the CLI: its process start)
+    started: float | None = None  # time.monotonic() when the run began (the CLI: when the command began)
     keep_after: float = 0.0
     settings: Settings = Settings()  # the tuning knobs (ppsolve.solvers.settings); the defaults are measured
 

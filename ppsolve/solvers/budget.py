@@ -46,8 +46,9 @@ class Limit:
 
 
 class Budget:
-    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes its process
-    start); the solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
+    """Deadlines of one run, all measured from ``t0`` (the call of ``solve``; the CLI passes the start of
+    the command, after Python's start-up: what ran in the process before it does not eat the limit); the
+    solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
     def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0,
                  settings: BudgetSettings = BudgetSettings()):

@@ -191,7 +191,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             result.tail_windows += tail
             result.sizes.append(window.size)
             progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
-            result.interrupted = answer.interrupted
+            result.interrupted = result.interrupted or answer.interrupted
             if answer.status is Status.OPTIMAL:
                 result.optimal += 1
                 size = size if tail else min(knobs.max_size, int(size * 1.2))
@@ -199,7 +199,9 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 result.infeasible += 1
             elif not tail:
                 size = max(knobs.min_size, int(size * 0.8))
-            if result.interrupted or not answer.status.solved:
+            if result.interrupted:
+                break
+            if not answer.status.solved:
                 continue
             placed = answer.solutions[-1]
             path, flow = window.measure(placed)

@@ -44,11 +44,13 @@ def _draw(inc: Incumbent, rng: random.Random) -> tuple[tuple[int, ...], float, f
 
 
 def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
-                   backend: Backend, start: Schedule, limit: Limit) -> tuple[Schedule, int, int]:
-    """(best schedule, windows solved, windows that lowered the overhead) until ``limit``."""
+                   backend: Backend, start: Schedule, limit: Limit) -> tuple[Schedule, int, int, bool]:
+    """(best schedule, windows solved, windows that lowered the overhead, whether Ctrl-C ended it)
+    until ``limit``."""
     rng = random.Random(options.seed)
     best, inc = start, Incumbent(start)
     windows = better = 0
+    interrupted = False
     deterministic = limit.deterministic is not None
     spent = 0.0
     while time.monotonic() < limit.until - 0.05 and (not deterministic or spent < limit.deterministic):
@@ -65,11 +67,16 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
         task = PhaseTask(problem, scaling, Phase.OVERHEAD, options, budget,
                          Limit(min(limit.until, time.monotonic() + knobs.window_seconds * guard), det),
                          progress, window=window)
-        answer = backend.run_phase(task)
+        try:
+            answer = backend.run_phase(task)
+        except KeyboardInterrupt:  # while building: the best so far stands
+            interrupted = True
+            break
         windows += 1
         spent += answer.work + 0.05
         if answer.interrupted or not answer.status.solved or not answer.solutions:
             if answer.interrupted:
+                interrupted = True
                 break
             continue
         try:
@@ -81,4 +88,4 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
             best, inc, better = Schedule(problem, start.method, trial.ops), Incumbent(trial), better + 1
             progress.update(scaling.overhead(scaling.time(best.recompute_time),
                                              scaling.memory(best.offloaded, up=False)))
-    return best, windows, better
+    return best, windows, better, interrupted

@@ -32,6 +32,7 @@ import time
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, InputError, PpsolveError
+from ppsolve.limits import MAX_SCHEDULE_MAGNITUDE, check_seconds
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
@@ -42,7 +43,7 @@ from ppsolve.solvers.backends import load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
-from ppsolve.solvers.scaling import Scaling, build_scaling
+from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
 from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
@@ -110,7 +111,10 @@ class _Run:
 
     def phase(self, phase: Phase, limit: Limit, hint: Schedule | None, horizon: int | None = None,
               makespan_cap: int | None = None, whole_shares: bool = False) -> PhaseAnswer:
-        """Run one phase on the backend; building out of time gives UNKNOWN with a note."""
+        """Run one phase on the backend; building out of time gives UNKNOWN with a note. After Ctrl-C no
+        phase runs (UNKNOWN, interrupted): the best so far is the answer."""
+        if self.interrupted:
+            return PhaseAnswer(Status.UNKNOWN, interrupted=True)
         cut = self.scaling.time(self.lb) if self.scaling.exact else 0
         task = PhaseTask(self.problem, self.scaling, phase, self.options, self.budget, limit, self.progress,
                          horizon, makespan_cap, hint, cut, whole_shares=whole_shares)
@@ -167,21 +171,29 @@ def _representable(schedule: Schedule, scaling: Scaling, offload: bool, recomput
     return True
 
 
+def _parse_makespan_limit(limit: float | str) -> tuple[float, bool]:
+    """(value, whether it is a factor of the best known makespan) of ``--makespan-limit``: a number, or
+    '<factor>x'; each finite, > 0 and at most MAX_SCHEDULE_MAGNITUDE, else InputError."""
+    text = limit.strip().lower() if isinstance(limit, str) else limit
+    factor = isinstance(text, str) and text.endswith("x")
+    try:
+        value = float(text[:-1] if factor else text)
+    except (TypeError, ValueError):
+        raise InputError("makespan-limit", f"must be a number or '<factor>x' (e.g. 1.02x), got {limit!r}") from None
+    if not 0 < value <= MAX_SCHEDULE_MAGNITUDE:
+        raise InputError("makespan-limit", f"must be > 0 and at most {MAX_SCHEDULE_MAGNITUDE:g}, got {limit!r}")
+    return value, factor
+
+
 def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | None:
-    limit = options.makespan_limit
-    if limit is None:
+    if options.makespan_limit is None:
         return None
-    if isinstance(limit, str):
-        text = limit.strip().lower()
-        try:
-            if text.endswith("x"):
-                if best_known is None:
-                    raise NoSolutionError("no makespan is known to scale the makespan limit by")
-                return float(text[:-1]) * best_known
-            return float(text)
-        except ValueError:
-            raise InputError("makespan-limit", f"must be a number or '<factor>x' (e.g. 1.02x), got {limit!r}") from None
-    return float(limit)
+    value, factor = _parse_makespan_limit(options.makespan_limit)
+    if not factor:
+        return value
+    if best_known is None:
+        raise NoSolutionError("no makespan is known to scale the makespan limit by")
+    return value * best_known
 
 
 def _warm_start(run: _Run) -> Schedule | None:
@@ -303,8 +315,9 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
     sc = run.scaling
     _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
-    lowered, windows, better = lower_overhead(run.problem, sc, run.options, run.budget, run.progress, run.backend,
-                                              best, run.budget.search(share))
+    lowered, windows, better, stopped = lower_overhead(run.problem, sc, run.options, run.budget, run.progress,
+                                                       run.backend, best, run.budget.search(share))
+    run.interrupted = run.interrupted or stopped
     run.progress.end_phase()
     run.least_overhead = Status.FEASIBLE
     if better:
@@ -352,8 +365,9 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
                     options.settings.budget)
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
-    if not options.time_limit > 0:
-        raise InputError("time-limit", f"must be > 0 seconds, got {options.time_limit:g}")
+    check_seconds(options.time_limit, "time-limit")
+    if options.makespan_limit is not None:
+        _parse_makespan_limit(options.makespan_limit)  # bad input is answered before any work
     backend = load_backend(options.solver)
     if options.ignore_capacity:
         problem = problem.replace(capacity=None)
@@ -468,7 +482,8 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
         known += [best] if best is not None else []
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)
-    H = None if cap_time is None else int(cap_time * sc.time_scale + 1e-6)
+    # a cap beyond the trivial horizon (every op one after another) constrains nothing
+    H = None if cap_time is None else min(int(cap_time * sc.time_scale + 1e-6), trivial_horizon(run.problem, sc))
     fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + 1e-9]
     start = min(fitting, key=lambda s: (max(s.peak_memory), sum(s.peak_memory)), default=None)
     run.progress.phase("least memory", "peak", run.user_memory,

@@ -158,6 +158,6 @@ def peak_ranges(problem: Problem, scaling: Scaling) -> list[tuple[int, int]]:
     for d, stages in enumerate(problem.stages_of_device):
         need = sum(scaling.activation[s] for s in stages) * problem.microbatches
         cap = scaling.capacity[d]
-        low = max(scaling.activation[s] for s in stages)
+        low = max((scaling.activation[s] for s in stages), default=0)  # 0: a device without a stage
         out.append((low, max(low, need if cap is None else min(need, cap))))
     return out

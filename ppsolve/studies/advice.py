@@ -63,16 +63,17 @@ class Advice:
 
     @property
     def speedup(self) -> float | None:
-        """How much faster the solve is than the best published schedule that fits (0.1 = 10 %)."""
+        """How much faster the solve is than the best published schedule that fits (0.1 = 10 %); None when
+        there is none, or when the solve takes no time and it does (every op of length 0 but a latency)."""
         if self.best is None or self.makespan <= 0:
-            return None
+            return 0.0 if self.best is not None and self.best.makespan <= 0 else None
         return self.best.makespan / self.makespan - 1.0
 
     def to_dict(self) -> dict:
         return {
             "best_published": None if self.best is None else {
                 "name": self.best.name, "makespan": self.best.makespan, "peak_memory": self.best.peak,
-                "faster_by": round(self.speedup, 6)},
+                "faster_by": None if self.speedup is None else round(self.speedup, 6)},
             "refused_by_capacity": [{"name": r.name, "needs": r.need, "device": r.device, "capacity": r.capacity,
                                      "makespan": r.makespan} for r in self.refused],
             "gap": self.gap, "offload": self.offload, "recompute": self.recompute,
@@ -86,7 +87,8 @@ class Advice:
         if self.best is None:
             out.append("published schedules: none fits the memory cap")
         else:
-            faster = "as fast as" if abs(self.speedup) < 1e-9 else f"{self.speedup:.1%} faster than"
+            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < 1e-9
+                      else f"{self.speedup:.1%} faster than")
             out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
                        f"(this solve is {faster} it)")
         if self.refused:

@@ -4,7 +4,10 @@ Shared by the CI fuzz test (tests/core/test_fuzz.py) and the longer campaign
 (benchmarks/reports/fuzz_campaign.py). A mutation picks a place in the JSON tree and
 changes its type, puts in NaN/inf or huge and tiny numbers, changes a list's
 length, adds an unknown (often misspelt) field, drops or duplicates an op,
-nests a value deeply, removes the offload block, or damages the text itself.
+nests a value deeply, removes the offload block, or damages the text itself; or it
+changes the problem as a whole: tiny and huge numbers together, control characters,
+``$`` and lone surrogates in names and units, a placement that leaves a device
+without a stage, every time 0, a capacity below one activation, many duplicated ops.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ NUMBERS = st.one_of(
     st.sampled_from([1e308, -1e308, 5e-324, 1e-300, 1e-12, 1e15, 1e16, 0.5, -0.0]),
     st.floats(allow_nan=True, allow_infinity=True),
 )
+TINY = st.sampled_from([5e-324, 1e-300, 1e-13, 1e-12, 1e-9])
+HUGE = st.sampled_from([1e12, 8.6e10, 1e11, 999999999999.0])
+ODD_TEXT = st.one_of(st.sampled_from(["$x^2$", "$$", "a\nb", "\x00\x1b[31m", "\ud800", "tab\there", "\u202e$"]),
+                     st.text(alphabet=st.characters(blacklist_categories=()), max_size=6))
 VALUES = st.one_of(NUMBERS, st.text(max_size=6), st.none(), st.booleans(),
                    st.lists(st.integers(-2, 9), max_size=9), st.just({}), st.just([]))
 
@@ -61,7 +68,9 @@ def mutation(draw, data: Any) -> Any:
     path = draw(st.sampled_from([p for p in _paths(data) if p]))
     parent, key = _parent(data, path)
     kind = draw(st.sampled_from(["value", "value", "value", "delete", "unknown", "length", "nest",
-                                 "duplicate_op", "drop_op", "no_offload"]))
+                                 "duplicate_op", "drop_op", "no_offload", "whole_problem", "whole_problem"]))
+    if kind == "whole_problem":
+        return draw(problem_change(data))
     if kind == "value":
         parent[key] = draw(VALUES)
     elif kind == "delete":
@@ -90,6 +99,69 @@ def mutation(draw, data: Any) -> Any:
         problem = data.get("problem", data)
         if isinstance(problem, dict):
             problem.pop("offload", None)
+    return data
+
+
+def _problem_of(data: Any) -> dict | None:
+    """The problem part of a problem or schedule file, when it is still an object."""
+    problem = data.get("problem", data) if isinstance(data, dict) else None
+    return problem if isinstance(problem, dict) else None
+
+
+def _numbers(value: Any, path: tuple = ()) -> list[tuple]:
+    """Paths of the numbers in a tree (not booleans)."""
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _numbers(item, (*path, key))]
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _numbers(item, (*path, index))]
+    return [path] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+@st.composite
+def problem_change(draw, data: Any) -> Any:
+    """A change of the problem as a whole (``data``: a copy, changed in place and returned)."""
+    problem = _problem_of(data)
+    if problem is None:
+        return data
+    kind = draw(st.sampled_from(["magnitudes", "odd_text", "empty_device", "zero_times", "low_capacity",
+                                 "many_duplicates"]))
+    time, memory = problem.get("time"), problem.get("memory")
+    if kind == "magnitudes":
+        numbers = [p for p in _numbers(problem) if p[0] in ("time", "memory", "offload", "recompute")]
+        for value in (draw(TINY), draw(HUGE)):
+            if numbers:
+                parent, key = _parent(problem, draw(st.sampled_from(numbers)))
+                parent[key] = value
+    elif kind == "odd_text":
+        where = draw(st.sampled_from(["name", "x-units", "key", "op_kind", "method"]))
+        text = draw(ODD_TEXT)
+        if where == "name":
+            problem["name"] = text
+        elif where == "x-units":
+            problem["x-units"] = {"time": text, "memory": draw(ODD_TEXT)}
+        elif where == "key" and isinstance(time, dict):
+            time[text] = 1
+        elif where == "op_kind" and isinstance(data.get("ops"), list) and data["ops"] \
+                and isinstance(data["ops"][0], dict):
+            data["ops"][0]["kind"] = text
+        elif where == "method" and isinstance(data.get("method"), dict):
+            data["method"]["name"] = text
+    elif kind == "empty_device":
+        devices, chunks = problem.get("devices"), problem.get("chunks", 1)
+        if isinstance(devices, int) and isinstance(chunks, int) and 2 <= devices <= 64 and 1 <= chunks <= 8:
+            problem["placement"] = [1 + s % (devices - 1) for s in range(devices * chunks)]
+    elif kind == "zero_times" and isinstance(time, dict):
+        for key in ("forward", "backward_input", "backward_weight", "p2p"):
+            time[key] = 0
+    elif kind == "low_capacity" and isinstance(memory, dict):
+        activation = memory.get("activation")
+        least = min(activation) if isinstance(activation, list) and activation else activation
+        if isinstance(least, (int, float)) and not isinstance(least, bool):
+            memory["capacity"] = least * draw(st.sampled_from([0.0, 0.5, 0.999]))
+    elif kind == "many_duplicates" and isinstance(data.get("ops"), list) and data["ops"]:
+        ops = data["ops"]
+        start = draw(st.integers(0, len(ops) - 1))
+        data["ops"] = ops + copy.deepcopy(ops[start:start + draw(st.integers(1, len(ops)))])
     return data
 
 

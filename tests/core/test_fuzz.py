@@ -19,7 +19,7 @@ from ppsolve.cli import main
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import load_problem
 from ppsolve.schedule import load_schedule
-from tests.core.mutations import PROBLEM_FILES, ROOT, SCHEDULE_FILES, damaged_text, load
+from tests.core.mutations import PROBLEM_FILES, ROOT, SCHEDULE_FILES, damaged_text, load, problem_change
 
 FUZZ = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -74,6 +74,49 @@ def test_bound_and_baseline_answer_a_damaged_problem(capsys, text, method):
         path = _write(text, folder)
         _answers(["bound", str(path)], capsys)
         _answers(["baseline", str(path), "--method", method, "-o", f"{folder}/s.json"], capsys)
+
+
+CHANGED = st.sampled_from(PROBLEM_FILES).flatmap(lambda f: problem_change(load(f))).map(json.dumps)
+
+
+@settings(FUZZ, max_examples=40)
+@given(text=CHANGED, method=st.sampled_from(["1f1b", "zb-h1", "greedy", "po-h", "interleaved-1f1b", "gpipe"]))
+def test_a_changed_problem_gets_one_error_or_a_schedule_that_passes_check(capsys, text, method):
+    """Tiny and huge numbers together, odd names, empty devices, all-zero times, a capacity below one
+    activation: whatever ``baseline`` writes, ``check`` accepts."""
+    with tempfile.TemporaryDirectory() as folder:
+        path, out = _write(text, folder), f"{folder}/s.json"
+        _answers(["bound", str(path)], capsys)
+        code = main(["baseline", str(path), "--method", method, "-o", out])
+        err = capsys.readouterr().err
+        assert code in (0, 2, 3) and err.count("\n") <= 1 and "Traceback" not in err, (code, err)
+        if code == 0:
+            assert main(["check", out]) == 0, capsys.readouterr()
+            _answers(["plot", out, "-o", f"{folder}/g.png"], capsys)
+
+
+@pytest.fixture(scope="module")
+def big_schedule() -> dict:
+    """A 1F1B schedule of 4 devices x 256 microbatches (3072 ops), as a file's content."""
+    from ppsolve.methods import run_method
+    from ppsolve.problem import problem_from_dict
+
+    data = {**load(PROBLEM_FILES[0]), "microbatches": 256}
+    data.pop("offload")
+    data["memory"]["capacity"] = None
+    return run_method("1f1b", problem_from_dict(data)).to_dict()
+
+
+@settings(FUZZ, max_examples=6, phases=[Phase.generate])
+@given(start=st.floats(0, 1), share=st.floats(0.01, 1))
+def test_check_answers_a_big_schedule_with_many_duplicated_ops(capsys, big_schedule, start, share):
+    ops = big_schedule["ops"]
+    first = int(start * (len(ops) - 1))
+    text = json.dumps({**big_schedule, "ops": ops + ops[first:first + max(1, int(share * len(ops)))]})
+    with tempfile.TemporaryDirectory() as folder:
+        path = _write(text, folder)
+        assert main(["check", str(path)]) == 1  # duplicates: invalid, said in its report (exit 1)
+        capsys.readouterr()
 
 
 @settings(FUZZ, max_examples=10, phases=[Phase.generate])  # no shrinking: a slow solve would shrink for long

@@ -64,7 +64,9 @@ def test_op_count_past_the_limit_is_refused_at_once(tmp_path, capsys, command):
 @pytest.mark.parametrize("text,expected", [
     (json.dumps(problem_dict(time_forward=1e308)), "problem.time.forward: must be at most 1e+12 in magnitude"),
     (json.dumps(problem_dict(offload={"bandwidth": {"d2h": 1e-300, "h2d": 1}})),
-     "problem.offload.bandwidth.d2h: too small: moving 1 would take 1e+300"),
+     "problem.offload.bandwidth.d2h: must be 0 or at least 1e-12 in magnitude"),
+    (json.dumps(problem_dict(memory_activation=100, offload={"bandwidth": {"d2h": 1e-11, "h2d": 1}})),
+     "problem.offload.bandwidth.d2h: too small: moving 100 would take 1e+13"),
     (json.dumps(problem_dict(memory_activation=[1, 10 ** 400])), "problem.memory.activation[1]: must be at most"),
     (json.dumps(problem_dict(time_p2p=1e13)), "problem.time.p2p: must be at most"),
     (json.dumps(problem_dict(devices=10 ** 3000)), "problem.devices: must be at most"),

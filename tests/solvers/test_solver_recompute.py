@@ -504,8 +504,8 @@ def test_overhead_windows_lower_recompute_at_the_same_makespan():
     start = _serial(problem, keys)
     budget = Budget(600, True)  # 3 s of deterministic work end it; the wall clock only guards a runaway
     limit = Limit(time_limit_from_now(600), 3.0)
-    best, windows, better = lower_overhead(problem, build_scaling(problem), SolveOptions(threads=1), budget,
-                                           Progress(budget, "cpsat"), backend, start, limit)
+    best, windows, better, _ = lower_overhead(problem, build_scaling(problem), SolveOptions(threads=1), budget,
+                                              Progress(budget, "cpsat"), backend, start, limit)
     assert windows > 0 and better > 0
     assert check(best).ok and best.makespan <= start.makespan
     assert overhead_key(best) < overhead_key(start)

@@ -266,6 +266,8 @@ def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
     # Redundant: every device's work fits between its earliest start and the makespan. Every op of a
     # device comes after some F(first, j) of its lowest stage; with FIFO there (see symmetry) that is j = 0.
     for device, stages in enumerate(p.stages_of_device):
+        if not stages:  # a device without a stage (an explicit placement may leave one)
+            continue
         first = min(stages)
         if not fifo or (paired(v) and first != 0):
             continue

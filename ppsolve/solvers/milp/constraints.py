@@ -326,6 +326,8 @@ def makespan(v: Variables, lower_bound: int) -> None:
             v.lp += v.makespan >= v.end(Op(_B, 0, j))
     v.lp += v.makespan >= lower_bound
     for device, stages in enumerate(p.stages_of_device):
+        if not stages:  # a device without a stage (an explicit placement may leave one)
+            continue
         first = min(stages)
         load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
         load += pulp.lpSum(v.dur(rc.op) * rc.chosen for (s, _), rc in v.recomputes.items() if s in stages)
