@@ -10,6 +10,7 @@ import numpy as np
 
 from ppsolve.ops import KIND_CODE, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 _KEPT_F = len(KIND_CODE)  # the row of a recomputed forward, which allocates only what it keeps
@@ -139,12 +140,9 @@ def memory_lags(cap, activation, hold) -> list[tuple[OpKind, int]]:
     exact = all(isinstance(x, Integral) for x in (cap, activation, hold))
 
     def floor(x, y) -> int:
-        return int(x // y) if exact else int(math.floor(x / y + _LAG_TOLERANCE))
+        return int(x // y) if exact else int(math.floor(x / y + EPS))
 
     lags = [(_B, floor(cap, activation))]
-    if hold > (0 if exact else _LAG_TOLERANCE):
+    if hold > (0 if exact else EPS):
         lags.append((_W, floor(cap - activation, hold) + 1))
     return lags
-
-
-_LAG_TOLERANCE = 1e-9

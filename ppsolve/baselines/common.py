@@ -21,6 +21,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
+from ppsolve.tolerance import EPS, slack
 
 Orders = list[list[Op]]
 
@@ -98,7 +99,7 @@ def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, flo
         return []
     peaks = peak_memory(problem, ops)
     return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
-            if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
+            if cap is not None and peaks[d] > cap + slack(cap)]
 
 
 def memory_deltas(problem: Problem) -> dict[OpKind, list[float]]:
@@ -110,7 +111,7 @@ def memory_deltas(problem: Problem) -> dict[OpKind, list[float]]:
 
 def memory_text(x: float) -> str:
     """A memory figure with one decimal ("14.0"), or every digit it needs ("3.25")."""
-    return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"
+    return f"{x:.1f}" if abs(round(x, 1) - x) < EPS else f"{x:g}"
 
 
 def with_recompute(orders: Sequence[Sequence[Op]], recomputed) -> Orders:

@@ -30,6 +30,7 @@ from ppsolve.baselines.common import memory_deltas
 from ppsolve.baselines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class _Builder:
         return self.count[_W][s] < self.count[_B][s]
 
     def make_room(self, s: int, kind: OpKind) -> None:
-        while self.mem[s] + self.delta[kind][s] > self.limit + 1e-9:
+        while self.mem[s] + self.delta[kind][s] > self.limit + EPS:
             if not self.pending_w(s):
                 raise _MemoryError
             self.put(s, _W)
@@ -117,7 +118,7 @@ class _Builder:
         back = self.placer.ends[(_F, S - 1)][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
         for s in range(S - 2, -1, -1):
             mem, t = self.mem[s], self.end[s]
-            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + 1e-9:
+            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + EPS:
                 overrun, late = t + cF[s] > back + self.comm, t >= back + self.comm
                 if overrun != late:
                     self.mattered.add("bubble_before_first_b")
@@ -154,7 +155,7 @@ class _Builder:
         if self.end[s] >= next_done:
             return True
         mem, w_cost, w = self.mem[s] + self.delta[_F][s], 0.0, self.count[_W][s]
-        while mem > self.limit + 1e-9 and w < self.count[_B][s]:
+        while mem > self.limit + EPS and w < self.count[_B][s]:
             w_cost += self.cost[_W][s]
             mem += self.delta[_W][s]
             w += 1

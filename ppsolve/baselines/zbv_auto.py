@@ -35,6 +35,7 @@ from ppsolve.baselines.common import SMALL_OPS, memory_deltas
 from ppsolve.baselines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 _F, _B, _W = OpKind.F, OpKind.B, OpKind.W
 # rerun with the previous run's idle times accepted at most this often
@@ -68,7 +69,7 @@ class _Builder:
     def __init__(self, problem: Problem, limit: float, fill_b: bool, fill_f: bool,
                  approved: tuple[float, ...] | None, give_up: float = float("inf")):
         d = problem.devices
-        self.d, self.m, self.limit = d, problem.microbatches, limit + 1e-9
+        self.d, self.m, self.limit = d, problem.microbatches, limit + EPS
         self.fill_b, self.fill_f, self.give_up = fill_b, fill_f, give_up
         self.approved = approved or (-1.0,) * d
         self.max_approved = max(self.approved)

@@ -35,6 +35,7 @@ from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
 from ppsolve.solvers.settings import LnsSettings
 from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.tolerance import EPS
 
 @dataclass
 class LnsResult:
@@ -105,7 +106,7 @@ def as_runtime_runs(problem: Problem, start: Schedule) -> Schedule:
     """``start`` re-timed as the runtime would run it, when that is shorter and checks; else ``start``
     (a plan's simulation is already as early as the runtime would run it: checked once is enough)."""
     timed = make_schedule(problem, retime(problem, start.ops), start.method.name)
-    return timed if timed.makespan < start.makespan - 1e-9 and check(timed).ok else start
+    return timed if timed.makespan < start.makespan - EPS and check(timed).ok else start
 
 
 def batch_size(ops: int, settings: LnsSettings = LnsSettings()) -> int:
@@ -138,7 +139,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
 
     path = critical_path(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
-    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - 1e-9))
+    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - EPS))
     def clock() -> float:  # the search's progress: its work in deterministic mode, else the wall clock
         return spent if deterministic else time.monotonic()
 
@@ -154,7 +155,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             return True
         return False
 
-    while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
+    while inc.makespan > lower_bound * (1 + EPS) and not out_of_time() and not result.interrupted:
         windows = []
         tail = tail or (orders and clock() - last_gain >= knobs.tail_stall * total)
         if tail:
@@ -205,7 +206,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
                 continue
             placed = answer.solutions[-1]
             path, flow = window.measure(placed)
-            if path < window.current - 1e-9 or (path <= window.current + 1e-9 and flow < window.flow - 1e-9):
+            if path < window.current - EPS or (path <= window.current + EPS and flow < window.flow - EPS):
                 placements.append((window, placed))
         if not placements:
             continue
@@ -216,7 +217,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
         began = time.monotonic()
         better = _accept(problem, inc, placements)
         if better is not None:
-            if better.makespan < inc.makespan - 1e-9 and not tail:
+            if better.makespan < inc.makespan - EPS and not tail:
                 last_gain = clock()
             inc = Incumbent(better)
             result.best = better
@@ -237,7 +238,7 @@ def _accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     better = _composed(problem, inc, placements)
     if better is None:
         shorter = [(window, placed) for window, placed in placements
-                   if window.measure(placed)[0] < window.current - 1e-9]
+                   if window.measure(placed)[0] < window.current - EPS]
         if shorter and len(shorter) < len(placements):
             better = _composed(problem, inc, shorter)
     return better
@@ -250,7 +251,7 @@ def _composed(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     except PpsolveError:
         return None
     old = inc.schedule
-    shorter = candidate.makespan < old.makespan - 1e-9
-    if not shorter and (candidate.makespan > old.makespan + 1e-9 or _flow(candidate) >= _flow(old) - 1e-9):
+    shorter = candidate.makespan < old.makespan - EPS
+    if not shorter and (candidate.makespan > old.makespan + EPS or _flow(candidate) >= _flow(old) - EPS):
         return None
     return candidate if check(candidate).ok else None

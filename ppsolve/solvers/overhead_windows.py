@@ -22,6 +22,7 @@ from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
 from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.tolerance import slack
 
 WINDOW_OPS = 60  # compute ops of its device a window frees
 
@@ -83,7 +84,7 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
             trial = make_schedule(problem, compose(inc, [(window, answer.solutions[-1])]), start.method.name)
         except PpsolveError:
             continue
-        if (trial.makespan <= best.makespan + 1e-9 * max(1.0, best.makespan)
+        if (trial.makespan <= best.makespan + slack(best.makespan)
                 and overhead_key(trial) < overhead_key(best) and check(trial).ok):
             best, inc, better = Schedule(problem, start.method, trial.ops), Incumbent(trial), better + 1
             progress.update(scaling.overhead(scaling.time(best.recompute_time),

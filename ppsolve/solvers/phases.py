@@ -47,6 +47,7 @@ from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
 from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
+from ppsolve.tolerance import EPS, MODEL_EPS, slack
 
 def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
@@ -70,7 +71,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
             schedule = make_schedule(problem, build(), name)
         except PpsolveError:
             continue
-        if check(schedule).ok and (best is None or schedule.makespan < best.makespan - 1e-9):
+        if check(schedule).ok and (best is None or schedule.makespan < best.makespan - EPS):
             best = schedule
     return best
 
@@ -160,7 +161,7 @@ def _representable(schedule: Schedule, scaling: Scaling, offload: bool, recomput
     scaling, every time and offloaded amount on the model's grid, and only the levers it may use."""
     if not scaling.exact:
         return False
-    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= 1e-6  # noqa: E731
+    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= MODEL_EPS  # noqa: E731
     for op in schedule.ops:
         if op.kind.is_transfer and (not offload or not on_grid(op.amount, scaling.memory_scale)):
             return False
@@ -250,7 +251,7 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
     sc, lb = run.scaling, run.lb
-    if warm is not None and warm.makespan <= lb + 1e-9 * max(1.0, lb):
+    if warm is not None and warm.makespan <= lb + slack(lb):
         run.progress.message(f"the warm start reaches the lower bound {lb:g}: no makespan search needed")
         return warm, lb, True
     upper = (sc.time(warm.makespan) if warm is not None
@@ -296,7 +297,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
         first = Limit(time.monotonic() + part * max(0.0, limit.until - time.monotonic()),
                       None if limit.deterministic is None else part * limit.deterministic)
         answer = run.phase(Phase.OVERHEAD, first, best, makespan_cap=sc.time(best.makespan), whole_shares=True)
-        start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+        start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + EPS)
         if start is not None and overhead_key(start) < overhead_key(best):
             best = start
     _overhead_progress(run, best, f"(at makespan {best.makespan:g})")
@@ -305,7 +306,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
         status = Status.FEASIBLE  # least on the model's grid of amounts only
     run.least_overhead = status  # OPTIMAL: no schedule at this makespan has less overhead
-    better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+    better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + EPS)
     if better is not None and overhead_key(better) < overhead_key(best):
         return better
     return best
@@ -410,7 +411,7 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
     run.lns = result
     if result.by_clock:
         run.not_reproducible("the wall clock ended the large-neighbourhood search before its deterministic limit")
-    if result.best.makespan >= start.makespan - 1e-9:
+    if result.best.makespan >= start.makespan - EPS:
         return start
     run.notes.append(f"large-neighbourhood search: {result.improved} better schedules in {result.windows} windows "
                      f"({start.makespan:g} -> {result.best.makespan:g})")
@@ -448,21 +449,21 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
             and run.least_overhead is not Status.OPTIMAL:
         best = _shed(run, best)
     from_warm = best is not None and best is warm
-    if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
+    if warm is not None and (best is None or warm.makespan < best.makespan - EPS):
         best, from_warm = warm, True
         run.notes.append(f"the warm start ({warm.method.name}) is better than any model solution found")
     if best is None:
         if run.interrupted:
             raise NoSolutionError("interrupted before any schedule was found")
         raise NoSolutionError(f"no schedule found within the time limit ({options.time_limit:g} s)")
-    if best.makespan < lb - 1e-9 * max(1.0, lb):  # a valid schedule below a "lower bound": the bound is wrong
+    if best.makespan < lb - slack(lb):  # a valid schedule below a "lower bound": the bound is wrong
         run.notes.append(f"the analytic lower bound ({lb:g}) exceeds this valid schedule's makespan: it does not "
                          "hold for this problem (a bug, please report it); no bound and no optimality is claimed")
         lower, proven, lb = 0.0, False, 0.0
-    status = Status.OPTIMAL if best.makespan <= lower + 1e-9 * max(1.0, lower) else Status.FEASIBLE
-    if status is Status.OPTIMAL and not proven and best.makespan > lb + 1e-9:
+    status = Status.OPTIMAL if best.makespan <= lower + slack(lower) else Status.FEASIBLE
+    if status is Status.OPTIMAL and not proven and best.makespan > lb + EPS:
         status = Status.FEASIBLE
-    if status is Status.FEASIBLE and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
+    if status is Status.FEASIBLE and run.grid_optimal and best.makespan <= (run.model_bound or 0) + EPS:
         run.notes.append(f"optimal among schedules that offload multiples of {1 / run.scaling.memory_scale:g} "
                          "memory units; a finer amount might be faster, so the bound is the analytic one")
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
@@ -483,15 +484,15 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)
     # a cap beyond the trivial horizon (every op one after another) constrains nothing
-    H = None if cap_time is None else min(int(cap_time * sc.time_scale + 1e-6), trivial_horizon(run.problem, sc))
-    fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + 1e-9]
+    H = None if cap_time is None else min(int(cap_time * sc.time_scale + MODEL_EPS), trivial_horizon(run.problem, sc))
+    fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + EPS]
     start = min(fitting, key=lambda s: (max(s.peak_memory), sum(s.peak_memory)), default=None)
     run.progress.phase("least memory", "peak", run.user_memory,
                        incumbent=max(start.peak_memory) if start else None,
                        at="" if cap_time is None else f"(makespan <= {cap_time:g})")
     share = run.knobs.share_memory if needs_best else run.knobs.share_makespan
     answer = run.phase(Phase.MEMORY, run.budget.search(share), start, makespan_cap=H)
-    best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + 1e-9)
+    best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + EPS)
     for s in fitting:
         if best is None or (max(s.peak_memory), sum(s.peak_memory)) < (max(best.peak_memory), sum(best.peak_memory)):
             best = s
@@ -502,7 +503,7 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     exact = sc.exact and run.amounts_exact  # a grid of amounts proves nothing about finer ones
     mem_lower = run.user_memory(answer.bound) if answer.bound is not None and exact else None
     proven = answer.status is Status.OPTIMAL and exact
-    status = Status.OPTIMAL if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
+    status = Status.OPTIMAL if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + EPS \
         else Status.FEASIBLE
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)
     return SolveResult(final, status, lb, final.gap or 0.0, final.method.seconds, run.interrupted,

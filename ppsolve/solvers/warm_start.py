@@ -49,6 +49,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from ppsolve.tolerance import EPS
 
 
 def acceptable(schedule: Schedule) -> bool:
@@ -89,7 +90,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                 ops = simulate(problem, orders, waits=plan_waits)
             except PpsolveError:
                 continue
-            if may_skip() and max(op.end for op in ops) > beat + 1e-9:
+            if may_skip() and max(op.end for op in ops) > beat + EPS:
                 continue
             schedule = make_schedule(problem, ops, f"warm:{label}")
             if acceptable(schedule):

@@ -19,10 +19,10 @@ from ppsolve.methods import INFEASIBLE, Method, RunOptions, published_methods, r
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 from ppsolve.solvers.api import Status
+from ppsolve.tolerance import EPS
 
 SHOWN_REFUSALS = 3
 """Refused published schedules named in the text summary (the fastest ones; --json lists all)."""
-_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Advice:
         if self.best is None:
             out.append("published schedules: none fits the memory cap")
         else:
-            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < 1e-9
+            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < EPS
                       else f"{self.speedup:.1%} faster than")
             out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
                        f"(this solve is {faster} it)")
@@ -116,7 +116,7 @@ def _refusal(method: Method, problem: Problem) -> Refusal | None:
     if schedule is None:
         return None
     over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
-            if cap is not None and peak > cap + _TOL]
+            if cap is not None and peak > cap + EPS]
     if not over:
         return None
     _, device, peak, cap = max(over)
@@ -144,7 +144,7 @@ def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_
     an open gap on a capped problem the split bound applies to names its command (``problem_path``)."""
     analytic = makespan_lower_bound(schedule.problem).value
     span = schedule.makespan
-    if span <= analytic * (1 + _TOL) + _TOL:
+    if span <= analytic * (1 + EPS) + EPS:
         return f"none: the makespan equals the analytic lower bound ({analytic:g})"
     share = (span - analytic) / span
     if status == Status.OPTIMAL:
@@ -173,7 +173,7 @@ def _in_flight(problem: Problem, stage: int) -> str:
     device = problem.placement[stage]
     cap = problem.capacity[device]
     act = problem.activation[stage]
-    held = int(cap / act + _TOL)
+    held = int(cap / act + EPS)
     return (f"the cap ({cap:g}) holds {held} whole activation{'' if held == 1 else 's'} of stage {stage} "
             f"on device {device} at once")
 
@@ -219,7 +219,7 @@ def explain_offload(schedule: Schedule) -> str:
         return "not used: memory is unbounded, so moving activations to host cannot make it faster"
     if schedule.offloaded > 0:
         no_off = min_capacity(problem, offload=False)
-        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + _TOL]
+        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + EPS]
         if short and not problem.can_recompute:
             return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
                     f"(device {short[0]} needs {no_off[short[0]]:g})")
@@ -249,13 +249,13 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
     free = schedule.problem.replace(capacity=None)
     bound = makespan_lower_bound(free).value
     reach: list[tuple[float, str]] = []
-    if schedule.makespan <= bound * (1 + _TOL) + _TOL:
+    if schedule.makespan <= bound * (1 + EPS) + EPS:
         reach.append((max(schedule.peak_memory), "this solve"))
     for method in published_methods():
         built = run_and_check(method, free, RunOptions(), checked=False).schedule
         if built is None:
             continue
-        if built.makespan <= bound * (1 + _TOL) + _TOL:
+        if built.makespan <= bound * (1 + EPS) + EPS:
             reach.append((max(built.peak_memory), method.name))
     command = (f"ppsolve solve {shlex.quote(problem_path)} --ignore-capacity --objective memory "
                "--makespan-limit 1x --time-limit 300 -o least-cap.json")
@@ -263,7 +263,7 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
         return None, None, None, command
     cap, name = min(reach)
     floor = max(min_capacity(free, offload=free.can_offload))
-    return bound, cap, name, None if cap <= floor + _TOL else command
+    return bound, cap, name, None if cap <= floor + EPS else command
 
 
 def advise(problem_path: str, schedule: Schedule, status: Status, lower_bound: float) -> Advice:

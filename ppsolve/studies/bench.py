@@ -21,6 +21,7 @@ from ppsolve.errors import InputError, NotApplicableError
 from ppsolve.jsonio import write_text_atomic
 from ppsolve.methods import ERROR, INFEASIBLE, SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem, load_problem
+from ppsolve.tolerance import EPS
 
 # Statuses a row can have besides a method's own ("optimal", "feasible", "heuristic"): SKIPPED,
 # INFEASIBLE, ERROR (ppsolve.methods).
@@ -280,7 +281,7 @@ def summary_rows(rows: Sequence[BenchRow]) -> list[dict]:
             "valid": len(ok), "skipped": sum(r.status == SKIPPED for r in mine),
             "over_cap": sum(r.status == INFEASIBLE for r in mine),
             "failed": sum(r.status == ERROR or r.valid is False for r in mine),
-            "geomean_ratio": geo, "best": sum(1 for r in ok if r.makespan <= best[r.problem] + 1e-9),
+            "geomean_ratio": geo, "best": sum(1 for r in ok if r.makespan <= best[r.problem] + EPS),
             "worst_ratio": max((r.ratio for r in ok), default=None),
         })
     return out

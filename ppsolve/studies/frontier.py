@@ -28,6 +28,7 @@ from ppsolve.jsonio import write_text_atomic
 from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
+from ppsolve.tolerance import EPS
 
 SOLVER = "cpsat"
 DEFAULT_POINTS = 7
@@ -129,7 +130,7 @@ def _sorted_caps(caps: Sequence[float | None]) -> list[float | None]:
 
 def auto_capacities(low: float, high: float, points: int = DEFAULT_POINTS) -> list[float | None]:
     """``points`` capacities evenly from ``low`` (least feasible) to ``high``, then unbounded."""
-    if high <= low * (1 + 1e-9) or points < 2:
+    if high <= low * (1 + EPS) or points < 2:
         return [low, None]
     step = (high - low) / (points - 1)
     caps = [low + i * step for i in range(points)]
@@ -221,7 +222,7 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
         if unbounded.makespan is None:
             raise PpsolveError(f"the solver found no schedule without a memory cap: {unbounded.note}")
         capacities = auto_capacities(low, max(unbounded.peak_memory, low), points)
-    below = [c for c in capacities if c is not None and c < low - 1e-9]
+    below = [c for c in capacities if c is not None and c < low - EPS]
     if below:
         levers = curve_name(problem)
         raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
