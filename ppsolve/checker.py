@@ -19,6 +19,7 @@ from ppsolve.gcpause import without_gc
 from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
+from ppsolve.tolerance import MODEL_EPS, slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -108,7 +109,7 @@ class _Checker:
     def __init__(self, schedule: Schedule):
         self.schedule = schedule
         self.problem = schedule.problem
-        self.eps = 1e-9 * max(1.0, schedule.makespan)
+        self.eps = slack(schedule.makespan)
         self.violations: list[Violation] = []
         self.by_op: dict[tuple, ScheduledOp] = {}  # (kind, stage, microbatch), equal to its Op -> first listing
 
@@ -319,7 +320,7 @@ def _metric_warnings(schedule: Schedule) -> list[str]:
     """Differences between the metrics written in the file and those recomputed from its ops."""
     stated = schedule.file_metrics or {}
     out = []
-    tol = 1e-6 * max(1.0, schedule.makespan)
+    tol = MODEL_EPS * max(1.0, schedule.makespan)
     if "makespan" in stated and abs(stated["makespan"] - schedule.makespan) > tol:
         out.append(f"metrics.makespan says {stated['makespan']:g}, the ops give {schedule.makespan:g}")
     peaks = stated.get("peak_memory")

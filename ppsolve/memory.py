@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from numbers import Integral
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from ppsolve.ops import OpKind
+from ppsolve.ops import KIND_CODE, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
-_CODE = {_F: 0, _B: 1, _W: 2, _R: 3, _OFF: 4, _REL: 5}
-_KEPT_F = len(_CODE)  # the row of a recomputed forward, which allocates only what it keeps
+_KEPT_F = len(KIND_CODE)  # the row of a recomputed forward, which allocates only what it keeps
 
 
 def _signed_sizes(problem: Problem) -> np.ndarray:
@@ -20,13 +22,13 @@ def _signed_sizes(problem: Problem) -> np.ndarray:
     start of R, what B (and W when split) release at their end; transfers move their amount
     (+ at the start of RELOAD, - at the end of OFFLOAD) and have no entry here."""
     S = problem.num_stages
-    sizes = np.zeros((len(_CODE) + 1, S))
-    sizes[_CODE[_F]] = problem.activation
+    sizes = np.zeros((len(KIND_CODE) + 1, S))
+    sizes[KIND_CODE[_F]] = problem.activation
     for kind in (_B, _W):
-        sizes[_CODE[kind]] = [-problem.released_by(kind, s) for s in range(S)]
+        sizes[KIND_CODE[kind]] = [-problem.released_by(kind, s) for s in range(S)]
     if problem.recompute is not None:
         sizes[_KEPT_F] = problem.recompute.keep
-        sizes[_CODE[_R]] = [problem.recompute_saving(s) for s in range(S)]
+        sizes[KIND_CODE[_R]] = [problem.recompute_saving(s) for s in range(S)]
     return sizes
 
 
@@ -38,21 +40,21 @@ class _Events:
 
     def __init__(self, problem: Problem, ops: Iterable):
         ops = list(ops)
-        codes = [_CODE.get(op.kind, -1) for op in ops]
+        codes = [KIND_CODE.get(op.kind, -1) for op in ops]
         if -1 in codes:
             raise ValueError(f"no memory rule for op kind {ops[codes.index(-1)].kind!r}")
         code = np.array(codes, dtype=np.int64)
         stage = np.array([op.stage for op in ops], dtype=np.int64)
         amount = np.array([op.amount for op in ops], dtype=float)
-        allocates = (code == _CODE[_F]) | (code == _CODE[_REL]) | (code == _CODE[_R])
+        allocates = (code == KIND_CODE[_F]) | (code == KIND_CODE[_REL]) | (code == KIND_CODE[_R])
         time = np.where(allocates, np.array([op.start for op in ops], dtype=float),
                         np.array([op.end for op in ops], dtype=float))
-        delta = np.where(code == _CODE[_OFF], -amount, np.where(code == _CODE[_REL], amount, 0.0))
-        compute = code < _CODE[_OFF]
+        delta = np.where(code == KIND_CODE[_OFF], -amount, np.where(code == KIND_CODE[_REL], amount, 0.0))
+        compute = code < KIND_CODE[_OFF]
         recomputed = {(op.stage, op.microbatch) for op in ops if op.kind is _R}
         if recomputed:
             row = code.copy()
-            for i in np.flatnonzero(code == _CODE[_F]).tolist():
+            for i in np.flatnonzero(code == KIND_CODE[_F]).tolist():
                 if (ops[i].stage, ops[i].microbatch) in recomputed:
                     row[i] = _KEPT_F
         else:
@@ -123,3 +125,24 @@ def peak_time(problem: Problem, ops: Sequence, device: int) -> float:
         if level > peak:
             peak, when = level, time
     return when
+
+
+def memory_lags(cap, activation, hold) -> list[tuple[OpKind, int]]:
+    """What a cap on one stage alone implies with its microbatches in index order: F(s, j) starts no
+    sooner than kind(s, j - q) ends, for each (kind, q) returned (q < 1: no lag).
+
+    Microbatch j holds its activation from the start of F(s, j) to the end of B(s, j) and its
+    weight hold ``hold`` to the end of W(s, j). In index order, if B(s, j-q) has not ended when
+    F(s, j) starts, neither have B(s, j-q+1..j-1): q + 1 activations of one stage alone, so
+    q = floor(cap / activation); likewise q = floor((cap - activation) / hold) + 1 for W.
+    Integers (a solver's model units) divide exactly; other numbers with a tolerance of 1e-9.
+    """
+    exact = all(isinstance(x, Integral) for x in (cap, activation, hold))
+
+    def floor(x, y) -> int:
+        return int(x // y) if exact else int(math.floor(x / y + EPS))
+
+    lags = [(_B, floor(cap, activation))]
+    if hold > (0 if exact else EPS):
+        lags.append((_W, floor(cap - activation, hold) + 1))
+    return lags

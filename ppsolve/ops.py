@@ -31,6 +31,9 @@ class OpKind(str, Enum):
 
 COMPUTE_KINDS = frozenset({OpKind.F, OpKind.B, OpKind.W, OpKind.R})
 TRANSFER_KINDS = frozenset({OpKind.OFFLOAD, OpKind.RELOAD})
+# The one integer code of each kind, for arrays indexed by kind: F B W R OFFLOAD RELOAD = 0..5, so the
+# compute kinds are the codes below OFFLOAD's.
+KIND_CODE: dict[OpKind, int] = {kind: code for code, kind in enumerate(OpKind)}
 
 _OP_TEXT = re.compile(r"^(F|B|W|R|OFFLOAD|RELOAD)\((\d+),(\d+)\)$")
 

@@ -7,6 +7,7 @@ durations, placement, link lanes) is computed here and nowhere else.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -244,35 +245,62 @@ class Problem:
                        "capacity": _compact(self.capacity)},
         })
         if self.offload is not None:
-            off: dict[str, Any] = {"fraction": _compact(self.offload.fraction),
-                                   "bandwidth": {"d2h": self.offload.d2h, "h2d": self.offload.h2d},
-                                   "duplex": self.offload.duplex}
-            if self.offload.links_given:
-                off["links"] = [list(link) for link in self.offload.links]
-            data["offload"] = off
+            data["offload"] = _offload_section(self.offload)
         if self.recompute is not None:
-            rec: dict[str, Any] = {"keep": _compact(self.recompute.keep)}
-            if self.recompute.time_given:
-                rec["time"] = _compact(self.recompute.time)
-            data["recompute"] = rec
+            data["recompute"] = _recompute_section(self.recompute)
         data.update(self.annotations)
         return data
 
     def replace(self, **changes: Any) -> "Problem":
-        """A copy with some fields changed, validated again (e.g. ``capacity=...``)."""
-        data = self.to_dict()
+        """A copy with some of ``capacity``, ``offload``, ``recompute`` (None, a file's section or a
+        config) and ``name`` changed, built directly (the rest was validated when this one was loaded);
+        a bad capacity, offload or recompute value is an InputError naming the field."""
+        data = self.to_dict()  # the new problem's file: what to_dict() gives for it
+        fields: dict[str, Any] = {}
         for key, value in changes.items():
             if key == "capacity":
-                data["memory"]["capacity"] = list(value) if isinstance(value, tuple) else value
-            elif key == "microbatches":
-                data["microbatches"] = value
-            elif key in ("offload", "recompute"):
-                data[key] = value
+                value = list(value) if isinstance(value, tuple) else value
+                data["memory"]["capacity"] = value
+                fields["capacity"] = _capacity(value, self.devices, "capacity")
+            elif key == "offload":
+                data.pop("offload", None)
+                config = value if not isinstance(value, dict) else _offload_config(
+                    value, self.devices, self.activation, "offload")
+                if config is not None:
+                    data["offload"] = value if isinstance(value, dict) else _offload_section(config)
+                fields["offload"] = config
+            elif key == "recompute":
+                data.pop("recompute", None)
+                config = value if not isinstance(value, dict) else _recompute_config(
+                    value, self.activation, self.forward, "recompute")
+                if config is not None:
+                    data["recompute"] = value if isinstance(value, dict) else _recompute_section(config)
+                fields["recompute"] = config
             elif key == "name":
                 data["name"] = value
+                fields["name"] = value
             else:
                 raise TypeError(f"replace() does not support {key!r}")
-        return problem_from_dict(data)
+        if data.get("name") is None:
+            data.pop("name", None)
+        return dataclasses.replace(self, source=data, **fields)
+
+
+def _offload_section(config: OffloadConfig) -> dict:
+    """The problem file's ``offload`` section of ``config``."""
+    off: dict[str, Any] = {"fraction": _compact(config.fraction),
+                           "bandwidth": {"d2h": config.d2h, "h2d": config.h2d}, "duplex": config.duplex}
+    if config.links_given:
+        off["links"] = [list(link) for link in config.links]
+    return off
+
+
+def _recompute_section(config: RecomputeConfig) -> dict:
+    """The problem file's ``recompute`` section of ``config``."""
+    rec: dict[str, Any] = {"keep": _compact(config.keep)}
+    if config.time_given:
+        rec["time"] = _compact(config.time)
+    return rec
 
 
 def _compact(values: tuple) -> Any:
@@ -280,6 +308,58 @@ def _compact(values: tuple) -> Any:
     if values and all(v == values[0] for v in values):
         return values[0]
     return list(values)
+
+
+def _capacity(raw: Any, devices: int, where: str) -> tuple[float | None, ...]:
+    """Per device capacity from a file's ``memory.capacity`` (null: unbounded)."""
+    if raw is None:
+        return (None,) * devices
+    capacity = _per(raw, devices, where, "device")
+    for d, cap in enumerate(capacity):
+        if not cap >= 0:
+            raise InputError(f"{where}[{d}]" if isinstance(raw, list) else where, f"must be >= 0, got {cap:g}")
+    return capacity
+
+
+def _offload_config(raw: dict | None, devices: int, activation: tuple[float, ...], where: str) -> OffloadConfig | None:
+    """The offload link of a file's ``offload`` section (None: no link)."""
+    if raw is None:
+        return None
+    stages = len(activation)
+    fraction = _per(raw.get("fraction", 1.0), stages, f"{where}.fraction", "stage")
+    links_given = "links" in raw
+    links = raw.get("links") or [[d] for d in range(devices)]
+    seen: dict[int, int] = {}
+    for li, link in enumerate(links):
+        for di, device in enumerate(link):
+            if device >= devices:
+                raise InputError(f"{where}.links[{li}][{di}]", f"unknown device {device} (devices are 0..{devices - 1})")
+            if device in seen:
+                raise InputError(f"{where}.links[{li}][{di}]", f"device {device} is already on link {seen[device]}")
+            seen[device] = li
+    links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
+    largest = max(f * a for f, a in zip(fraction, activation))
+    for direction in ("d2h", "h2d"):
+        check_transfer_time(largest, float(raw["bandwidth"][direction]), f"{where}.bandwidth.{direction}")
+    return OffloadConfig(fraction=fraction, d2h=float(raw["bandwidth"]["d2h"]), h2d=float(raw["bandwidth"]["h2d"]),
+                         links=tuple(tuple(int(d) for d in link) for link in links),
+                         duplex=bool(raw.get("duplex", True)), links_given=links_given)
+
+
+def _recompute_config(raw: dict | None, activation: tuple[float, ...], forward: tuple[float, ...],
+                      where: str) -> RecomputeConfig | None:
+    """The recompute block of a file's ``recompute`` section (None: none); R lasts as F unless timed."""
+    if raw is None:
+        return None
+    stages = len(activation)
+    keep = _per(raw["keep"], stages, f"{where}.keep", "stage")
+    for s, (kept, act) in enumerate(zip(keep, activation)):
+        if kept > act:
+            index = f"[{s}]" if isinstance(raw["keep"], list) else ""
+            raise InputError(f"{where}.keep{index}", f"must be <= activation ({act:g}) of stage {s}, got {kept:g}")
+    time_given = "time" in raw
+    recompute_time = _per(raw["time"], stages, f"{where}.time", "stage") if time_given else forward
+    return RecomputeConfig(keep=keep, time=recompute_time, time_given=time_given)
 
 
 def problem_from_dict(data: Any, where: str = "problem") -> Problem:
@@ -303,49 +383,10 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
             index = f"[{s}]" if isinstance(memory.get("weight_hold"), list) else ""
             raise InputError(f"{where}.memory.weight_hold{index}",
                              f"must be <= activation ({act:g}) of stage {s}, got {hold:g}")
-    raw_cap = memory.get("capacity")
-    capacity: tuple[float | None, ...] = ((None,) * devices if raw_cap is None
-                                          else _per(raw_cap, devices, f"{where}.memory.capacity", "device"))
+    capacity = _capacity(memory.get("capacity"), devices, f"{where}.memory.capacity")
 
-    offload = None
-    raw_off = data.get("offload")
-    if raw_off is not None:
-        fraction = _per(raw_off.get("fraction", 1.0), stages, f"{where}.offload.fraction", "stage")
-        links_given = "links" in raw_off
-        links = raw_off.get("links") or [[d] for d in range(devices)]
-        seen: dict[int, int] = {}
-        for li, link in enumerate(links):
-            for di, device in enumerate(link):
-                if device >= devices:
-                    raise InputError(f"{where}.offload.links[{li}][{di}]",
-                                     f"unknown device {device} (devices are 0..{devices - 1})")
-                if device in seen:
-                    raise InputError(f"{where}.offload.links[{li}][{di}]",
-                                     f"device {device} is already on link {seen[device]}")
-                seen[device] = li
-        links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
-        largest = max(f * a for f, a in zip(fraction, activation))
-        for direction in ("d2h", "h2d"):
-            check_transfer_time(largest, float(raw_off["bandwidth"][direction]),
-                                f"{where}.offload.bandwidth.{direction}")
-        offload = OffloadConfig(fraction=fraction, d2h=float(raw_off["bandwidth"]["d2h"]),
-                                h2d=float(raw_off["bandwidth"]["h2d"]),
-                                links=tuple(tuple(int(d) for d in link) for link in links),
-                                duplex=bool(raw_off.get("duplex", True)), links_given=links_given)
-
-    recompute = None
-    raw_rec = data.get("recompute")
-    if raw_rec is not None:
-        keep = _per(raw_rec["keep"], stages, f"{where}.recompute.keep", "stage")
-        for s, (kept, act) in enumerate(zip(keep, activation)):
-            if kept > act:
-                index = f"[{s}]" if isinstance(raw_rec["keep"], list) else ""
-                raise InputError(f"{where}.recompute.keep{index}",
-                                 f"must be <= activation ({act:g}) of stage {s}, got {kept:g}")
-        time_given = "time" in raw_rec
-        recompute_time = (_per(raw_rec["time"], stages, f"{where}.recompute.time", "stage") if time_given
-                          else per_stage["forward"])
-        recompute = RecomputeConfig(keep=keep, time=recompute_time, time_given=time_given)
+    offload = _offload_config(data.get("offload"), devices, activation, f"{where}.offload")
+    recompute = _recompute_config(data.get("recompute"), activation, per_stage["forward"], f"{where}.recompute")
 
     check_time_range(_durations(per_stage, float(time.get("p2p", 0.0)), activation, offload, recompute), where)
     return Problem(

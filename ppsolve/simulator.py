@@ -29,7 +29,7 @@ import numpy as np
 
 from ppsolve.dependencies import dependency_table, depth
 from ppsolve.errors import DeadlockError, InputError
-from ppsolve.ops import Op, OpKind
+from ppsolve.ops import KIND_CODE, Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import ScheduledOp
 
@@ -38,8 +38,7 @@ Amounts = Mapping[tuple[int, int], float]
 Waits = Mapping[Op, Sequence[Op]]
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
-_KIND_CODE = {_F: 0, _B: 1, _W: 2, _R: 3, _OFF: 4, _REL: 5}  # compute kinds below _OFF
-_KINDS = len(_KIND_CODE)
+_KINDS = len(KIND_CODE)
 
 
 def simulate(problem: Problem, orders: Orders, amounts: Amounts | None = None,
@@ -108,9 +107,9 @@ def issue_order(problem: Problem, ops: Sequence[ScheduledOp]) -> list[ScheduledO
     if not ops:
         return []
     timed = _Timed(problem, ops)
-    depths = np.array([depth(problem, kind, s) for kind in _KIND_CODE for s in range(problem.num_stages)])
+    depths = np.array([depth(problem, kind, s) for kind in KIND_CODE for s in range(problem.num_stages)])
     rank = np.lexsort((timed.stage, timed.microbatch, depths[timed.code * problem.num_stages + timed.stage],
-                       _allocates_at_its_instant(timed), timed.code < _KIND_CODE[_OFF], timed.end > timed.start,
+                       _allocates_at_its_instant(timed), timed.code < KIND_CODE[_OFF], timed.end > timed.start,
                        timed.start))
     return [ops[i] for i in rank.tolist()]
 
@@ -120,9 +119,9 @@ def _allocates_at_its_instant(timed: "_Timed") -> np.ndarray:
     depends on an F or R of zero duration at the same instant (any F of its microbatch, or an R
     of its microbatch at its stage or a later one: B runs down the stages); else 0 (issued first)."""
     zero = timed.end <= timed.start
-    forward = zero & (timed.code == _KIND_CODE[_F])
-    rerun = zero & (timed.code == _KIND_CODE[_R])
-    releasing = zero & ((timed.code == _KIND_CODE[_B]) | (timed.code == _KIND_CODE[_W]))
+    forward = zero & (timed.code == KIND_CODE[_F])
+    rerun = zero & (timed.code == KIND_CODE[_R])
+    releasing = zero & ((timed.code == KIND_CODE[_B]) | (timed.code == KIND_CODE[_W]))
     out = (forward | rerun).astype(np.int64)
     if out.any() and releasing.any():
         forwards = set(zip(timed.start[forward].tolist(), timed.microbatch[forward].tolist()))
@@ -170,7 +169,7 @@ class _Timed:
 
     def __init__(self, problem: Problem, ops: Sequence[ScheduledOp]):
         kinds, stage, microbatch, device, start, end, _ = zip(*ops) if ops else ((),) * 7
-        self.code = np.array([_KIND_CODE[kind] for kind in kinds], dtype=np.int64)
+        self.code = np.array([KIND_CODE[kind] for kind in kinds], dtype=np.int64)
         self.stage = np.array(stage, dtype=np.int64)
         self.microbatch = np.array(microbatch, dtype=np.int64)
         self.device = np.array(device, dtype=np.int64)
@@ -182,7 +181,7 @@ class _Timed:
     def lane(self) -> np.ndarray:
         """:func:`runtime_lane` as a number: the compute lane is 0, host-link lane l is l + 1."""
         lane = np.zeros(len(self.code), dtype=np.int64)
-        for i in np.flatnonzero(self.code >= _KIND_CODE[_OFF]).tolist():
+        for i in np.flatnonzero(self.code >= KIND_CODE[_OFF]).tolist():
             lane[i] = self._problem.lane(int(self.device[i]), self._kinds[i]) + 1
         return lane
 
@@ -235,7 +234,7 @@ class _Engine:
         n = len(self.ops)
         lengths = [len(actions) for actions in orders]
         kinds, stages, microbatches = zip(*self.ops) if n else ((), (), ())
-        code = np.array([_KIND_CODE[kind] for kind in kinds], dtype=np.int64)
+        code = np.array([KIND_CODE[kind] for kind in kinds], dtype=np.int64)
         stage = np.array(stages, dtype=np.int64)
         mb = np.array(microbatches, dtype=np.int64)
         device = np.repeat(np.arange(problem.devices), lengths)
@@ -256,17 +255,17 @@ class _Engine:
         self._check_complete(where)
         durations = np.zeros(_KINDS * S)
         for kind in problem.kinds + ((_R,) if problem.recompute is not None else ()):
-            durations[_KIND_CODE[kind] * S:(_KIND_CODE[kind] + 1) * S] = [problem.duration(kind, s) for s in range(S)]
+            durations[KIND_CODE[kind] * S:(KIND_CODE[kind] + 1) * S] = [problem.duration(kind, s) for s in range(S)]
         duration = durations[code * S + stage]
         amount = np.zeros(n)
         lane = np.full(n, -1, dtype=np.int64)
-        transfers = np.flatnonzero(code >= _KIND_CODE[_OFF])
+        transfers = np.flatnonzero(code >= KIND_CODE[_OFF])
         if len(transfers):
             ops, default = self.ops, [problem.max_offload(s) for s in range(S)]
             moved = np.array([amounts.get((ops[i][1], ops[i][2]), default[ops[i][1]]) for i in transfers.tolist()],
                              dtype=float)
             amount[transfers] = moved
-            kind, on = code[transfers] - _KIND_CODE[_OFF], device[transfers]
+            kind, on = code[transfers] - KIND_CODE[_OFF], device[transfers]
             duration[transfers] = moved / np.where(kind == 0, problem.offload.d2h, problem.offload.h2d)
             lanes = np.array([[problem.lane(d, k) for k in (_OFF, _REL)] for d in range(problem.devices)])
             lane[transfers] = lanes[on, kind]
@@ -278,25 +277,25 @@ class _Engine:
 
     def index_of(self, op: Op) -> int:
         """Position of ``op`` in the arrays, or -1."""
-        return self.slot[(_KIND_CODE[op.kind] * self.S + op.stage) * self.M + op.microbatch]
+        return self.slot[(KIND_CODE[op.kind] * self.S + op.stage) * self.M + op.microbatch]
 
     def _check_complete(self, where: str) -> None:
         problem = self.problem
         code = self.code
         expected = self.S * self.M * len(problem.kinds)
-        transfer = code >= _KIND_CODE[_OFF]
+        transfer = code >= KIND_CODE[_OFF]
         # the other transfer of the same (stage, microbatch): OFFLOAD <-> RELOAD
-        partner = ((_KIND_CODE[_OFF] + _KIND_CODE[_REL] - code) * self.S + self.stage) * self.M + self.mb
+        partner = ((KIND_CODE[_OFF] + KIND_CODE[_REL] - code) * self.S + self.stage) * self.M + self.mb
         odd = transfer & (self._slot[np.where(transfer, partner, 0)] < 0)  # a transfer without its pair
         if problem.offload is None:
             odd |= transfer
         if not problem.split_backward:
-            odd |= code == _KIND_CODE[_W]
-        recompute = code == _KIND_CODE[_R]
+            odd |= code == KIND_CODE[_W]
+        recompute = code == KIND_CODE[_R]
         if problem.recompute is None:
             odd |= recompute
         # rule 10: a recomputed (stage, microbatch) has no transfers
-        offload_of = ((_KIND_CODE[_OFF] * self.S + self.stage) * self.M + self.mb)
+        offload_of = ((KIND_CODE[_OFF] * self.S + self.stage) * self.M + self.mb)
         odd |= recompute & (self._slot[np.where(recompute, offload_of, 0)] >= 0)
         for i in np.flatnonzero(odd).tolist():  # the first in list order says what is wrong
             kind, s, j = op = self.ops[i]
@@ -310,7 +309,7 @@ class _Engine:
                 raise InputError(where, f"{op}: the problem has no offload link")
             partner_kind = _REL if kind is _OFF else _OFF
             raise InputError(where, f"{op} has no matching {partner_kind.value}")
-        compute = int(((code < _KIND_CODE[_OFF]) & ~recompute).sum())
+        compute = int(((code < KIND_CODE[_OFF]) & ~recompute).sum())
         if compute != expected:
             missing = next(op for op in problem.compute_ops() if self.index_of(op) < 0)
             raise InputError(where, f"{expected - compute} compute ops are missing, first {missing}")
@@ -331,8 +330,8 @@ class _Engine:
         optional = np.zeros((width, _KINDS * S), dtype=bool)
         for (kind, s), deps in table.items():
             for k, dep in enumerate(deps):
-                at = _KIND_CODE[kind] * S + s
-                waits_for[k, at] = _KIND_CODE[dep.kind] * S + dep.stage
+                at = KIND_CODE[kind] * S + s
+                waits_for[k, at] = KIND_CODE[dep.kind] * S + dep.stage
                 lag[k, at], optional[k, at] = dep.lag, dep.optional
         at = self.code * S + self.stage
         index = np.arange(len(self.ops))
@@ -357,7 +356,7 @@ class _Engine:
         when the compute op before it in its list has ended."""
         n = len(self.ops)
         index = np.arange(n)
-        last_compute = np.maximum.accumulate(np.where(self.code < _KIND_CODE[_OFF], index, -1))
+        last_compute = np.maximum.accumulate(np.where(self.code < KIND_CODE[_OFF], index, -1))
         before = np.concatenate(([-1], last_compute[:-1]))
         ok = before >= self.first_of_device
         self._edges.append((before[ok], index[ok], np.zeros(int(ok.sum()))))
@@ -417,7 +416,7 @@ class _Engine:
         first, target, lags, indeg = self._successors()
         duration, lane = self.duration, self.lane
         queued = [False] * n
-        if dynamic_lanes and (self.code >= _KIND_CODE[_OFF]).any():
+        if dynamic_lanes and (self.code >= KIND_CODE[_OFF]).any():
             queued = [k >= 0 or t == 0 for k, t in zip(lane, duration)]
         ready = [0.0] * n
         end = [0.0] * n

@@ -14,8 +14,7 @@ import time
 
 from benchmarks import harness
 from ppsolve.checker import check
-from ppsolve.errors import PpsolveError
-from ppsolve.methods import RunOptions, all_methods
+from ppsolve.methods import RunOptions, all_methods, run_and_check
 from ppsolve.problem import problem_from_dict
 
 
@@ -54,14 +53,13 @@ def main() -> None:
     print(f"{'method':<18}{'d':>4}{'m':>6}{'v':>3}{'seconds':>10}{'cpu s':>8}{'makespan':>12}  checked")
     for method in all_methods("baseline"):
         problem = problem_for(method.requirements, args.devices, args.microbatches, args.uniform, args.capacity)
-        started, cpu = time.perf_counter(), time.process_time()
-        try:
-            schedule = method.run(problem, RunOptions())
-        except PpsolveError as exc:
+        cpu = time.process_time()
+        outcome = run_and_check(method, problem, RunOptions(), checked=False)
+        seconds, cpu, schedule = outcome.seconds, time.process_time() - cpu, outcome.schedule
+        if schedule is None:
             print(f"{method.name:<18}{problem.devices:>4}{problem.microbatches:>6}{problem.chunks:>3}  refused: "
-                  f"{str(exc)[:70]}")
+                  f"{outcome.note[:70]}")
             continue
-        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         ok = ("ok" if check(schedule).ok else "FAILED") if args.check else "-"
         print(f"{method.name:<18}{problem.devices:>4}{problem.microbatches:>6}{problem.chunks:>3}"
               f"{seconds:>10.3f}{cpu:>8.3f}{schedule.makespan:>12g}  {ok}")

@@ -20,13 +20,13 @@ import re
 import sys
 import time
 from fractions import Fraction
-from unittest import mock
 
 from benchmarks import harness
 from benchmarks.makers import suite
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.problem import problem_from_dict
-from ppsolve.solvers import SolveOptions, phases, solve
+from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.settings import PhaseSettings, Settings
 
 FAMILIES = (("linear", 1, None), ("vshape", 2, None), ("linear", 1, 1.5), ("interleaved", 2, 1.5))
 
@@ -48,18 +48,18 @@ def main(argv=None) -> int:
     print("\n".join(harness.table(["problem", "foundation's bound", "makespan", "status", "proven bound",
                                    "bound below optimum", "seconds"])))
     # the whole model at every size: no switch to the neighbourhood search
-    with mock.patch.object(phases, "LNS_AFTER_OPS", 10**12), mock.patch.object(phases, "WHOLE_MODEL_OPS", 10**12):
-        for name, problem in problems(sizes):
-            if not re.search(args.match, name):
-                continue
-            lb = makespan_lower_bound(problem).value
-            began = time.monotonic()
-            r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads))
-            seconds = time.monotonic() - began
-            makespan = r.schedule.makespan
-            below = f"{100 * (makespan - lb) / makespan:.1f}%" if r.status == "optimal" else "-"
-            print(harness.row([name, f"{lb:g}", f"{makespan:g}", r.status, f"{r.lower_bound:g}", below,
-                               f"{seconds:.0f}"]), flush=True)
+    whole_model = Settings(phases=PhaseSettings(lns_after_ops=10**12, whole_model_ops=10**12))
+    for name, problem in problems(sizes):
+        if not re.search(args.match, name):
+            continue
+        lb = makespan_lower_bound(problem).value
+        began = time.monotonic()
+        r = solve(problem, SolveOptions(time_limit=args.time_limit, threads=args.threads, settings=whole_model))
+        seconds = time.monotonic() - began
+        makespan = r.schedule.makespan
+        below = f"{100 * (makespan - lb) / makespan:.1f}%" if r.status == "optimal" else "-"
+        print(harness.row([name, f"{lb:g}", f"{makespan:g}", r.status, f"{r.lower_bound:g}", below,
+                           f"{seconds:.0f}"]), flush=True)
     return 0
 
 

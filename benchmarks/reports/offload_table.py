@@ -14,9 +14,7 @@ benchmarks.reports.write_benchmarks_md puts the section into BENCHMARKS.md.
 from __future__ import annotations
 
 from benchmarks import harness
-from ppsolve.checker import check
-from ppsolve.errors import PpsolveError
-from ppsolve.methods import get_method
+from ppsolve.methods import get_method, run_and_check
 from ppsolve.problem import Problem, problem_from_dict
 
 METHODS = ["1f1b", "1f1b-offload", "gis", "gis-h", "po-h", "po-f", "po-f@3"]  # @C: under a cap of C
@@ -55,12 +53,11 @@ def rows(ds, vs, ks):
                             whole = name.startswith("1f1b")
                             method, _, cap = name.partition("@")
                             p = problem(d, v, m, k, shared, whole, float(cap) if cap else None)
-                            try:
-                                s = get_method(method).run(p)
-                            except PpsolveError as exc:
-                                out.append((d, v, m, k, shared, name, None, str(exc)))
+                            outcome = run_and_check(get_method(method), p)
+                            s, ok = outcome.schedule, outcome.valid
+                            if s is None:
+                                out.append((d, v, m, k, shared, name, None, outcome.note))
                                 continue
-                            ok = check(s).ok
                             peak = max(s.peak_memory)  # in stage activations (a whole stage holds v)
                             out.append((d, v, m, k, shared, name, (s.makespan, peak, ok,
                                         s.method.params.get("memory_policy", "")), ""))

@@ -32,7 +32,7 @@ from benchmarks.harness import ROOT, fmt
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.jsonio import write_json_atomic
-from ppsolve.methods import RunOptions, get_method
+from ppsolve.methods import SKIPPED, RunOptions, get_method, run_and_check
 from ppsolve.problem import Problem, load_problem, problem_from_dict
 from ppsolve.schedule import Schedule
 from ppsolve.solvers import SolveOptions, solve
@@ -81,14 +81,13 @@ def baseline_plans(name: str, problem: Problem) -> list[Plan]:
         for suffix, variant in variants:
             if suffix and "adapipe" in method:
                 continue
-            started = time.perf_counter()
-            try:
-                schedule = get_method(method).run(variant, RunOptions())
-            except PpsolveError as exc:
-                if "does not apply" not in str(exc) and "unknown method" not in str(exc):
-                    out.append(Plan(name, method + suffix, note=str(exc).splitlines()[0]))
+            outcome = run_and_check(get_method(method), variant, RunOptions(), checked=False)
+            if outcome.status == SKIPPED:
                 continue
-            out.append(_plan(name, method + suffix, schedule, time.perf_counter() - started))
+            if outcome.schedule is None:
+                out.append(Plan(name, method + suffix, note=outcome.note.splitlines()[0]))
+                continue
+            out.append(_plan(name, method + suffix, outcome.schedule, outcome.seconds))
     return out
 
 

@@ -14,9 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppsolve.checker import check
-from ppsolve.errors import PpsolveError
-from ppsolve.methods import RunOptions, run_method
+from ppsolve.methods import RunOptions, get_method, run_and_check
 from ppsolve.problem import load_problem
 
 # relative tolerance when comparing makespans (the reference times are integers)
@@ -66,15 +64,12 @@ def load_cases(folder: str | Path) -> list[ReferenceCase]:
 
 def run_case(case: ReferenceCase) -> CaseResult:
     """Run ppsolve's method on the case's problem (within its capacity) and check the schedule."""
-    problem = load_problem(case.problem_file)
-    try:
-        schedule = run_method(case.ours, problem, RunOptions())
-    except PpsolveError as err:
-        return CaseResult(case, None, f"refused: {err}")
-    report = check(schedule)
-    if not report.ok:
-        return CaseResult(case, None, f"invalid: {report.violations[0].render()}")
-    return CaseResult(case, schedule.makespan)
+    outcome = run_and_check(get_method(case.ours), load_problem(case.problem_file), RunOptions())
+    if outcome.schedule is None:
+        return CaseResult(case, None, f"refused: {outcome.note}")
+    if not outcome.valid:
+        return CaseResult(case, None, f"invalid: {outcome.report.violations[0].render()}")
+    return CaseResult(case, outcome.schedule.makespan)
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,10 @@ from statistics import geometric_mean
 
 from benchmarks import harness
 from benchmarks.harness import ROOT, fmt
-from ppsolve.errors import PpsolveError
 from ppsolve.jsonio import read_json, write_json_atomic
-from ppsolve.methods import RunOptions, all_methods
+from ppsolve.methods import RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem, load_problem
 
-OURS = {"greedy"}  # registered baselines that are ppsolve's own, not published schedules
 OFFLOAD_PUBLISHED = ("po-h", "po-f")
 
 
@@ -59,7 +57,7 @@ class Row:
     error: str = ""
 
     def best(self, published: bool) -> tuple[str, float] | None:
-        items = [(v, k) for k, v in self.baselines.items() if not published or k not in OURS]
+        items = [(v, k) for k, v in self.baselines.items() if not published or get_method(k).published]
         return (min(items)[1], min(items)[0]) if items else None
 
     def offload_best(self) -> float | None:
@@ -76,13 +74,8 @@ class Row:
 def baselines(problem: Problem) -> dict[str, float]:
     out = {}
     for method in all_methods("baseline"):
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            schedule = method.build(problem, RunOptions(threads=1))
-        except PpsolveError:
-            continue
-        if not schedule.method.extra.get("capacity_broken"):
+        schedule = run_and_check(method, problem, RunOptions(threads=1), checked=False).schedule
+        if schedule is not None and not schedule.method.extra.get("capacity_broken"):
             out[method.name] = schedule.makespan
     return out
 

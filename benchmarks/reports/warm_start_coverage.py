@@ -6,7 +6,7 @@
 ``ppsolve solve`` never returns a schedule slower than its warm start (it keeps the warm start
 when no model solution beats it), and its warm start is the shortest of the
 applicable baselines and its own plans that it tries within its share of the time limit
-(``budget.WARM_START_SHARE``). So where that share reaches the best published schedule, the solve
+(``BudgetSettings.warm_start_share``). So where that share reaches the best published schedule, the solve
 is never slower than it, however the search goes. This runs, for each problem, every applicable
 published schedule without a deadline (the best that fits), then the warm start exactly as a solve
 with ``--time-limit`` would (``best_warm_start`` with the same deadline), and reports both and the
@@ -22,9 +22,11 @@ from pathlib import Path
 
 from benchmarks import harness
 from benchmarks.harness import ROOT
-from benchmarks.reports.scale_bench import OURS, baselines
+from benchmarks.reports.scale_bench import baselines
 from ppsolve.problem import load_problem
-from ppsolve.solvers.budget import WARM_START_SHARE, Budget
+from ppsolve.methods import get_method
+from ppsolve.solvers.budget import Budget
+from ppsolve.solvers.settings import BudgetSettings
 from ppsolve.solvers.warm_start import best_warm_start
 
 
@@ -32,7 +34,7 @@ def coverage(path: Path, time_limit: float) -> tuple[str, str, str, float, bool 
     """(problem, best published "name makespan", warm start "name makespan", its seconds, whether it is
     at least as short as the best published; None where none fits)."""
     problem = load_problem(path)
-    published = {k: v for k, v in baselines(problem).items() if k not in OURS}
+    published = {k: v for k, v in baselines(problem).items() if get_method(k).published}
     budget = Budget(time_limit, deterministic=False)
     began = time.monotonic()
     warm = best_warm_start(problem, "auto", budget.baseline_seconds(), budget.warm_start_deadline())
@@ -67,7 +69,7 @@ def _parse(text: str) -> list[Row]:
 def summary(rows: list[Row], time_limit: float) -> list[str]:
     fits = [r for r in rows if r[4] is not None]
     missed = [r[0] for r in fits if not r[4]]
-    share = WARM_START_SHARE * time_limit
+    share = BudgetSettings().warm_start_share * time_limit
     return [f"- problems: {len(rows)}; a published schedule fits {len(fits)} of them",
             f"- the warm start of a {time_limit:g} s solve (its share: {share:g} s) is at least as short as the best "
             f"published schedule on {len(fits) - len(missed)} of {len(fits)}"

@@ -16,11 +16,12 @@ from typing import Mapping, Sequence
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
+from ppsolve.tolerance import EPS, slack
 
 Orders = list[list[Op]]
 
@@ -98,19 +99,19 @@ def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, flo
         return []
     peaks = peak_memory(problem, ops)
     return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
-            if cap is not None and peaks[d] > cap + 1e-9 * max(1.0, cap)]
+            if cap is not None and peaks[d] > cap + slack(cap)]
 
 
-def memory_deltas(problem: Problem) -> tuple[list[float], list[float], list[float]]:
-    """Per stage, how a device's memory changes with an F (at its start), a B and a W (at their ends)."""
+def memory_deltas(problem: Problem) -> dict[OpKind, list[float]]:
+    """Per kind and stage, how a device's memory changes with an F (at its start), a B and a W (at their ends)."""
     S = problem.num_stages
-    return (list(problem.activation), [-problem.released_by(OpKind.B, s) for s in range(S)],
-            [-problem.released_by(OpKind.W, s) for s in range(S)])
+    return {OpKind.F: list(problem.activation), OpKind.B: [-problem.released_by(OpKind.B, s) for s in range(S)],
+            OpKind.W: [-problem.released_by(OpKind.W, s) for s in range(S)]}
 
 
 def memory_text(x: float) -> str:
     """A memory figure with one decimal ("14.0"), or every digit it needs ("3.25")."""
-    return f"{x:.1f}" if abs(round(x, 1) - x) < 1e-9 else f"{x:g}"
+    return f"{x:.1f}" if abs(round(x, 1) - x) < EPS else f"{x:g}"
 
 
 def with_recompute(orders: Sequence[Sequence[Op]], recomputed) -> Orders:

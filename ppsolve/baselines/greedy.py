@@ -33,13 +33,13 @@ from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 from ppsolve.simulator import simulate
+from ppsolve.tolerance import EPS, slack
 
-_TOL = 1e-9
 # the building-block search runs while d * max(m, 2d) is at most this (its rows grow with both)
 BLOCK_SEARCH_SIZE = 256
 
@@ -97,11 +97,11 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
         out.append(("zb-v heuristic within the cap", orders))
     for name, block in (("v-half block", v_half_block), ("v-min block", v_min_block)):
         orders, peak = pattern_orders(problem, block(problem.devices))
-        if peak * min(problem.activation) <= limit + _TOL:
+        if peak * min(problem.activation) <= limit + EPS:
             out.append((name, orders))
     if problem.devices * max(problem.microbatches, 2 * problem.devices) <= BLOCK_SEARCH_SIZE:
         best = None
-        for rows in block_rows(problem.devices, problem.microbatches, int(limit / min(problem.activation) + _TOL)):
+        for rows in block_rows(problem.devices, problem.microbatches, int(limit / min(problem.activation) + EPS)):
             makespan, peaks = timing(problem, rows)
             if _fits(caps, peaks) and (best is None or makespan < best[0]):
                 best = (makespan, rows)
@@ -111,7 +111,7 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
 
 
 def _fits(caps, peaks: list[float]) -> bool:
-    return all(c is None or p <= c + _TOL * max(1.0, c) for p, c in zip(peaks, caps))
+    return all(c is None or p <= c + slack(c) for p, c in zip(peaks, caps))
 
 
 def _attempt(problem: Problem, policy: ListPolicy):

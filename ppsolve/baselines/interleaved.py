@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from ppsolve.baselines.common import Requirement, finish, with_w_after_b
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import B, F, Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule

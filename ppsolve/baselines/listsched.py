@@ -32,9 +32,9 @@ from ppsolve.dependencies import dependents_table
 from ppsolve.errors import DeadlockError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 _F, _B, _W, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.OFFLOAD, OpKind.RELOAD
-_EPS = 1e-9
 
 # event codes, in the order events of one instant are handled
 _DONE, _XDONE, _READY, _XREADY, _RELREQ = 0, 1, 2, 3, 4
@@ -197,7 +197,7 @@ class _ListScheduler:
             heapq.heappush(events, (t, code, seq, a, b, c))
 
         def make_ready(kind, s, j, t):
-            if t > now + _EPS:
+            if t > now + EPS:
                 push(t, _READY, kind, s, j)
                 return
             d = dev[s]
@@ -224,7 +224,7 @@ class _ListScheduler:
             q = reload_wait[d]
             while q:
                 s, j = q[0]
-                if limit[d] is not None and level[d] + amount[s] > limit[d] + _EPS:
+                if limit[d] is not None and level[d] + amount[s] > limit[d] + EPS:
                     return
                 q.popleft()
                 level[d] += amount[s]
@@ -244,7 +244,7 @@ class _ListScheduler:
                     if rfc[d]:
                         a, b = rfc[d][0]
                         s = -a if late else b
-                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s] <= limit[d] + _EPS:
+                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s] <= limit[d] + EPS:
                             heapq.heappop(rfc[d])
                             j, kind = (b if late else a), _F
                             committed[d] -= act[s]
@@ -253,7 +253,7 @@ class _ListScheduler:
                 elif cls == _RFA:
                     if rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
                                    + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0)
-                                   <= limit[d] + _EPS):
+                                   <= limit[d] + EPS):
                         j, s = heapq.heappop(rfa[d])
                         kind = _F
                         level[d] += act[s]
@@ -292,7 +292,7 @@ class _ListScheduler:
                 touched.clear()
                 continue
             now = events[0][0]
-            while events and events[0][0] <= now + _EPS:
+            while events and events[0][0] <= now + EPS:
                 t, code, _, kind, s, j = heapq.heappop(events)
                 d = dev[s]
                 if code == _DONE:
@@ -323,9 +323,9 @@ class _ListScheduler:
                 elif code == _XREADY:
                     ln = p.lane(d, kind)
                     free = lane_free.get(ln, 0.0)
-                    if free > t + _EPS:
+                    if free > t + EPS:
                         push(free, _XREADY, kind, s, j)
-                    elif run_start[d] < t - _EPS and t < busy[d] - _EPS:
+                    elif run_start[d] < t - EPS and t < busy[d] - EPS:
                         push(busy[d], _XREADY, kind, s, j)
                     else:
                         end = t + p.duration(kind, s, amount[s])

@@ -32,7 +32,7 @@ import time
 from ppsolve.baselines.common import Requirement, finish
 from ppsolve.baselines.offload_pass import Plan, fitted, full_offload_plan, reference_plan
 from ppsolve.baselines.onef1b import onef1b_orders
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule

@@ -1,16 +1,14 @@
-"""The best of every applicable baseline: a warm start for the solvers.
+"""Every applicable baseline's schedule: candidates for the solvers' warm start.
 
-:func:`best_baseline` runs each registered baseline that applies to a problem,
-skips those that refuse (not applicable, or over the memory cap), and returns
-the schedule with the least makespan (ties: the lower highest peak memory).
+:func:`built_baselines` runs each baseline that applies to a problem and skips
+those that refuse (not applicable, or over the memory cap).
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from ppsolve.errors import PpsolveError
-from ppsolve.methods import RunOptions, all_methods
+from ppsolve.method_types import RunOptions, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
@@ -18,15 +16,14 @@ from ppsolve.schedule import Schedule
 def built_baselines(problem: Problem, options: RunOptions, names: list[str] | None = None) -> Iterator[Schedule]:
     """The schedule of every baseline (of ``names``, if given) that applies and builds; those that
     refuse (not applicable, over the cap, ...) are skipped."""
-    for method in all_methods("baseline"):
+    from ppsolve.baselines import METHODS
+
+    for method in METHODS:
         if names is not None and method.name not in names:
             continue
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            yield method.build(problem, options)
-        except PpsolveError:
-            continue
+        outcome = run_and_check(method, problem, options, checked=False)
+        if outcome.schedule is not None:
+            yield outcome.schedule
 
 
 def applicable_baselines(problem: Problem, options: RunOptions | None = None,
@@ -35,10 +32,3 @@ def applicable_baselines(problem: Problem, options: RunOptions | None = None,
     options = RunOptions(ignore_capacity=False) if options is None else options
     return [schedule for schedule in built_baselines(problem, options, names)
             if not schedule.method.extra.get("capacity_broken")]
-
-
-def best_baseline(problem: Problem, options: RunOptions | None = None,
-                  names: list[str] | None = None) -> Schedule | None:
-    """The fastest schedule any applicable baseline builds within the caps, or None."""
-    schedules = applicable_baselines(problem, options, names)
-    return min(schedules, key=lambda s: (s.makespan, max(s.peak_memory)), default=None)

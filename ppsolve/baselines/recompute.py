@@ -33,15 +33,15 @@ from ppsolve.baselines.interleaved import interleaved_orders, megatron_warmup
 from ppsolve.baselines.onef1b import onef1b_orders
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import memory_curves
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import simulate
+from ppsolve.tolerance import EPS
 
 LINEAR_RECOMPUTE = Requirement(placements=("linear",), recompute=True)
 INTERLEAVED_RECOMPUTE = Requirement(placements=("interleaved", "linear"), recompute=True)
-_TOL = 1e-9
 
 
 def stage_pairs(problem: Problem, stages: Iterable[int]) -> list[tuple[int, int]]:
@@ -182,14 +182,14 @@ def _picks(problem: Problem, ops: Sequence[ScheduledOp], curve: list[tuple[float
     nxt = 0
     waiting: list[Held] = []  # held at the instant, not picked
     for t, level in curve:
-        if level <= cap + _TOL:
+        if level <= cap + EPS:
             continue
         while nxt < len(held) and held[nxt].start <= t:
             waiting.append(held[nxt])
             nxt += 1
         waiting = [h for h in waiting if h.until > t]
         excess = level - cap - sum(problem.recompute_saving(h.stage) for h in picks if h.start <= t < h.until)
-        while excess > _TOL and waiting:
+        while excess > EPS and waiting:
             first = max(waiting, key=key)
             waiting.remove(first)
             picks.append(first)

@@ -25,11 +25,13 @@ import itertools
 from collections import deque
 
 from ppsolve.baselines.common import memory_deltas
-from ppsolve.ops import B, F, W, Op
+from ppsolve.baselines.placer import Placer
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
 _SIZE = 6
 _IDS = "FfBbWw"
+_F, _B, _W = OpKind.F, OpKind.B, OpKind.W
 # [delta F, delta f, delta B, delta b] from one device to the next
 _OFFSETS = [(k, -1, k, -1) for k in range(1, 6)]
 
@@ -405,10 +407,10 @@ def _finish_rows(rows, p: int, m: int, spare: int, limit: int, first_peak: int):
     return (rows if peak <= first_peak else None), peak
 
 
-def _ops_of(d: int, i: int) -> dict[str, tuple[callable, int]]:
-    """What each letter is on device i of a V over d devices: (op constructor, stage)."""
+def _ops_of(d: int, i: int) -> dict[str, tuple[OpKind, int]]:
+    """What each letter is on device i of a V over d devices: (kind, stage)."""
     up, down = i, 2 * d - 1 - i
-    return {"F": (F, up), "f": (F, down), "B": (B, down), "b": (B, up), "W": (W, down), "w": (W, up)}
+    return {"F": (_F, up), "f": (_F, down), "B": (_B, down), "b": (_B, up), "W": (_W, down), "w": (_W, up)}
 
 
 def orders_of(rows: list[list[str]]) -> list[list[Op]]:
@@ -421,7 +423,7 @@ def orders_of(rows: list[list[str]]) -> list[list[Op]]:
         for c in row:
             if c != " ":
                 kind, stage = make[c]
-                order.append(kind(stage, seen[c]))
+                order.append(Op(kind, stage, seen[c]))
                 seen[c] += 1
         out.append(order)
     return out
@@ -431,15 +433,12 @@ def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]
     """(makespan, peak memory per device) of the rows on the problem's real costs.
 
     Every input of an op sits in an earlier column, so one pass in column order
-    times each op as soon as its device and inputs allow, as the simulator does.
+    places each op as soon as its device and inputs allow (:class:`Placer`, as the simulator does).
     """
     d = len(rows)
-    comm = problem.p2p
-    cost = {"F": problem.forward, "B": problem.backward_input, "W": problem.backward_weight}
-    delta = dict(zip("FBW", memory_deltas(problem)))
-    stage = [{c: s for c, (_, s) in _ops_of(d, i).items()} for i in range(d)]
-    ends: dict[tuple[str, int], list[float]] = {(c, i): [] for c in _IDS for i in range(d)}
-    free = [0.0] * d
+    delta = memory_deltas(problem)
+    ops = [_ops_of(d, i) for i in range(d)]
+    placer = Placer(problem)
     level = [0.0] * d
     peak = [0.0] * d
     for j in range(len(rows[0])):
@@ -447,19 +446,11 @@ def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]
             c = rows[i][j]
             if c == " ":
                 continue
-            s = stage[i][c]
-            n = len(ends[(c, i)])
-            ready = free[i]
-            if c in "FB" and i > 0:
-                ready = max(ready, ends[(c, i - 1)][n] + comm)
-            elif c in "fb" and i + 1 < d:
-                ready = max(ready, ends[(c, i + 1)][n] + comm)
-            kind = c.upper()
-            free[i] = ready + cost[kind][s]
-            ends[(c, i)].append(free[i])
+            kind, s = ops[i][c]
+            placer.put(kind, s)
             level[i] += delta[kind][s]
             peak[i] = max(peak[i], level[i])
-    return max(free), peak
+    return max(placer.free), peak
 
 
 @functools.lru_cache(maxsize=64)

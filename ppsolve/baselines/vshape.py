@@ -24,7 +24,7 @@ from ppsolve.baselines.common import Requirement, finish
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule

@@ -27,8 +27,10 @@ import itertools
 from dataclasses import dataclass
 
 from ppsolve.baselines.common import memory_deltas
+from ppsolve.baselines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 
 @dataclass(frozen=True)
@@ -51,46 +53,38 @@ class _Slower(Exception):
     """A variant is already slower than the best one found."""
 
 
-_F, _B, _W = 0, 1, 2
+_F, _B, _W = OpKind.F, OpKind.B, OpKind.W
 
 
 class _Builder:
-    """One variant's orders, timed as they are placed (exactly as the simulator times them)."""
+    """One variant's orders, timed as they are placed (by the placer: as the simulator times them)."""
 
     def __init__(self, problem: Problem, limit: float, variant: ZbVariant, give_up: float = float("inf")):
         S = problem.num_stages
         self.S, self.m, self.variant, self.limit, self.give_up = S, problem.microbatches, variant, limit, give_up
-        self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
+        self.cost = {kind: [problem.duration(kind, s) for s in range(S)] for kind in (_F, _B, _W)}
         self.delta = memory_deltas(problem)
-        self.comm = problem.p2p
-        self.count = ([0] * S, [0] * S, [0] * S)
-        self.ends = ([[] for _ in range(S)], [[] for _ in range(S)])
+        self.comm = problem.p2p  # the heuristic's own estimates of when a backward comes back
+        self.placer = Placer(problem)
+        self.count = {kind: [0] * S for kind in (_F, _B, _W)}
         self.mem = [0.0] * S
-        self.end = [0.0] * S
+        self.end = self.placer.free  # linear placement: stage s is device s
         self.bubble = [0.0] * S
         self.max_bubble = 0.0
         self.mattered: set[str] = set()  # the switches some decision depended on
-        self.orders: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+        self.orders: list[list[tuple[OpKind, int]]] = [[] for _ in range(S)]
 
-    def put(self, s: int, kind: int) -> None:
+    def put(self, s: int, kind: OpKind) -> None:
         count = self.count[kind]
         j = count[s]
-        cost = self.cost[kind][s]
-        free = finish = self.end[s] + cost
-        if kind != _W:
-            source = s - 1 if kind == _F else s + 1  # the stage the input comes from
-            if 0 <= source < self.S:
-                arrival = self.ends[kind][source][j] + self.comm + cost
-                if arrival > free:
-                    finish = arrival
-            self.ends[kind][s].append(finish)
+        free = self.end[s] + self.cost[kind][s]
+        finish = self.placer.put(kind, s)
         if finish > free and self.count[_F][s] > 0:
             bubble = self.bubble[s] = self.bubble[s] + (finish - free)
             if bubble > self.max_bubble:
                 self.max_bubble = bubble
         if finish > self.give_up:
             raise _Slower
-        self.end[s] = finish
         self.mem[s] += self.delta[kind][s]
         count[s] = j + 1
         self.orders[s].append((kind, j))
@@ -98,8 +92,8 @@ class _Builder:
     def pending_w(self, s: int) -> bool:
         return self.count[_W][s] < self.count[_B][s]
 
-    def make_room(self, s: int, kind: str) -> None:
-        while self.mem[s] + self.delta[kind][s] > self.limit + 1e-9:
+    def make_room(self, s: int, kind: OpKind) -> None:
+        while self.mem[s] + self.delta[kind][s] > self.limit + EPS:
             if not self.pending_w(s):
                 raise _MemoryError
             self.put(s, _W)
@@ -121,10 +115,10 @@ class _Builder:
         for s in range(S):
             self.put(s, _F)
         extra = [0] * S
-        back = self.ends[_F][S - 1][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
+        back = self.placer.ends[(_F, S - 1)][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
         for s in range(S - 2, -1, -1):
             mem, t = self.mem[s], self.end[s]
-            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + 1e-9:
+            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + EPS:
                 overrun, late = t + cF[s] > back + self.comm, t >= back + self.comm
                 if overrun != late:
                     self.mattered.add("bubble_before_first_b")
@@ -161,7 +155,7 @@ class _Builder:
         if self.end[s] >= next_done:
             return True
         mem, w_cost, w = self.mem[s] + self.delta[_F][s], 0.0, self.count[_W][s]
-        while mem > self.limit + 1e-9 and w < self.count[_B][s]:
+        while mem > self.limit + EPS and w < self.count[_B][s]:
             w_cost += self.cost[_W][s]
             mem += self.delta[_W][s]
             w += 1
@@ -179,18 +173,18 @@ class _Builder:
                 continue
             self.make_room(s, _F)
             if s > 0:
-                self.fill_wait(s, self.ends[_F][s - 1][self.count[_F][s]] + self.comm)
+                self.fill_wait(s, self.placer.ready(_F, s, self.count[_F][s]))
             self.put(s, _F)
         for s in range(S - 1, -1, -1):
             self.make_room(s, _B)
             if s + 1 < S:
-                self.fill_wait(s, self.ends[_B][s + 1][i] + self.comm)
+                self.fill_wait(s, self.placer.ready(_B, s, i))
             if s == 0 and self.count[_F][s] == self.m:
                 while self.pending_w(s):
                     self.put(s, _W)
             self.put(s, _B)
 
-    def build(self) -> tuple[float, list[list[tuple[int, int]]]]:
+    def build(self) -> tuple[float, list[list[tuple[OpKind, int]]]]:
         """The makespan and, per stage, the (kind, microbatch) of each op in order."""
         self.warm_up()
         for i in range(1, self.m):
@@ -223,5 +217,4 @@ def zb_auto_orders(problem: Problem, limit: float) -> list[list[Op]]:
             best = result
     if best is None:
         raise ValueError(f"no order keeps within {limit:g} per device")
-    kinds = (OpKind.F, OpKind.B, OpKind.W)
-    return [[Op(kinds[kind], s, j) for kind, j in order] for s, order in enumerate(best[1])]
+    return [[Op(kind, s, j) for kind, j in order] for s, order in enumerate(best[1])]

@@ -32,10 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsolve.baselines.common import SMALL_OPS, memory_deltas
+from ppsolve.baselines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
-_F, _B, _W = 0, 1, 2
+_F, _B, _W = OpKind.F, OpKind.B, OpKind.W
 # rerun with the previous run's idle times accepted at most this often
 _RERUNS = 6
 
@@ -49,7 +51,7 @@ class VRun:
     makespan: float
     max_bubble: float
     bubble: tuple[float, ...]
-    orders: list[list[tuple[int, int, int]]]  # (kind, stage, microbatch)
+    orders: list[list[tuple[OpKind, int, int]]]  # (kind, stage, microbatch)
 
 
 def _at(ends: list[float], j: int) -> float | None:
@@ -58,7 +60,7 @@ def _at(ends: list[float], j: int) -> float | None:
 
 
 class _Builder:
-    """One variant's orders on a V-shape, timed as they are placed.
+    """One variant's orders on a V-shape, timed as they are placed (by the placer: as the simulator would).
 
     Lanes are (kind, lane) with lane 0 = the flow from device 0 up (chunk 0's
     forward, chunk 1's backward) and lane 1 = the flow back down.
@@ -67,22 +69,21 @@ class _Builder:
     def __init__(self, problem: Problem, limit: float, fill_b: bool, fill_f: bool,
                  approved: tuple[float, ...] | None, give_up: float = float("inf")):
         d = problem.devices
-        self.d, self.m, self.limit = d, problem.microbatches, limit + 1e-9
+        self.d, self.m, self.limit = d, problem.microbatches, limit + EPS
         self.fill_b, self.fill_f, self.give_up = fill_b, fill_f, give_up
         self.approved = approved or (-1.0,) * d
         self.max_approved = max(self.approved)
-        # stage of (kind, lane) on device i; the device each lane's input comes from (-1: this one)
-        self.stage = [[(i, 2 * d - 1 - i), (2 * d - 1 - i, i), (2 * d - 1 - i, i)] for i in range(d)]
-        self.source = [[i - 1, i + 1 if i + 1 < d else -1] for i in range(d)]
-        self.cost = (problem.forward, problem.backward_input, problem.backward_weight)
+        # stage of (kind, lane) on device i
+        self.stage = [{_F: (i, 2 * d - 1 - i), _B: (2 * d - 1 - i, i), _W: (2 * d - 1 - i, i)} for i in range(d)]
+        self.cost = {kind: [problem.duration(kind, s) for s in range(2 * d)] for kind in (_F, _B, _W)}
         self.delta = memory_deltas(problem)
+        self.placer = Placer(problem)
         self.b_change = [self.delta[_B][self.stage[i][_B][0]] for i in range(d)]  # of a B of lane 0 on device i
         self.f_room = max(problem.activation)
-        self.comm = problem.p2p
-        self.count = [[[0, 0] for _ in range(3)] for _ in range(d)]
-        self.ends = [[[[] for _ in range(2)] for _ in range(2)] for _ in range(d)]  # [dev][kind F/B][lane]
+        self.comm = problem.p2p  # the heuristic's own estimates of when an input arrives
+        self.count = [{kind: [0, 0] for kind in (_F, _B, _W)} for _ in range(d)]
         self.mem = [0.0] * d
-        self.cur = [0.0] * d
+        self.cur = self.placer.free
         self.bubble = [0.0] * d
         self.most_bubble = 0.0
         self.mattered: set[str] = set()  # the switches some decision depended on
@@ -90,45 +91,36 @@ class _Builder:
         self.decisions: list[tuple[int, float, float, float, bool]] = []
         self.pending: list[list[int]] = [[] for _ in range(d)]
         self.next_w = [0] * d
-        self.orders: list[list[tuple[int, int, int]]] = [[] for _ in range(d)]
+        self.orders: list[list[tuple[OpKind, int, int]]] = [[] for _ in range(d)]
 
-    def placed(self, i: int, kind: int, lane: int, j: int) -> float | None:
-        return _at(self.ends[i][kind][lane], j)
+    def ends(self, i: int, kind: OpKind, lane: int) -> list[float]:
+        """When each placed microbatch of (kind, lane) on device i ends."""
+        return self.placer.ends[(kind, self.stage[i][kind][lane])]
+
+    def placed(self, i: int, kind: OpKind, lane: int, j: int) -> float | None:
+        return _at(self.ends(i, kind, lane), j)
 
     def max_bubble(self, i: int) -> float:
         return max(self.most_bubble, self.max_approved - self.approved[i])
 
-    def put(self, kind: int, lane: int, i: int) -> None:
+    def put(self, kind: OpKind, lane: int, i: int) -> None:
         counts = self.count[i]
         j = counts[kind][lane]
         if j >= self.m:
             raise _Stuck
         s = self.stage[i][kind][lane]
-        cost = self.cost[kind][s]
-        free = finish = self.cur[i] + cost
-        if kind != _W:
-            src = self.source[i][lane]
-            if src >= 0:
-                ends = self.ends[src][kind][lane]
-                if j >= len(ends):
-                    raise _Stuck
-                arrival = ends[j] + self.comm + cost
-                if arrival > free:
-                    finish = arrival
-            elif kind or lane:  # the turn of the V: its input is on this device
-                turn = (_F, 0) if kind == _F else ((_F, 1) if lane == 0 else (_B, 0))
-                if counts[turn[0]][turn[1]] <= j:
-                    raise _Stuck
-            self.ends[i][kind][lane].append(finish)
-            if kind == _B:
-                self.pending[i].append(lane)
+        free = self.cur[i] + self.cost[kind][s]
+        finish = self.placer.put(kind, s)
+        if finish is None:  # an input is not there yet
+            raise _Stuck
+        if kind is _B:
+            self.pending[i].append(lane)
         if finish > free and counts[_F][0] > 0:
             bubble = self.bubble[i] = self.bubble[i] + (finish - free)
             if bubble > self.most_bubble:
                 self.most_bubble = bubble
         if finish > self.give_up:
             raise _Stuck
-        self.cur[i] = finish
         mem = self.mem[i] = self.mem[i] + self.delta[kind][s]
         if mem > self.limit:
             raise _Stuck
@@ -146,10 +138,10 @@ class _Builder:
     def has_w(self, i: int) -> bool:
         return self.next_w[i] < len(self.pending[i])
 
-    def fits(self, i: int, kind: int, lane: int) -> bool:
+    def fits(self, i: int, kind: OpKind, lane: int) -> bool:
         return self.mem[i] + self.delta[kind][self.stage[i][kind][lane]] <= self.limit
 
-    def room_for(self, i: int, kind: int, lane: int) -> None:
+    def room_for(self, i: int, kind: OpKind, lane: int) -> None:
         change, mem, limit = self.delta[kind][self.stage[i][kind][lane]], self.mem, self.limit
         while mem[i] + change > limit:
             self.put_w(i)
@@ -224,14 +216,14 @@ class _Builder:
             done0, done1 = count[i][_B]
             if done1 >= done0:
                 second.append(i)
-            elif i == d - 1 or done1 < len(ends[i + 1][_B][1]) or done0 >= m:
+            elif i == d - 1 or done1 < len(ends(i + 1, _B, 1)) or done0 >= m:
                 first.append(i)
             else:
                 second.append(i)
         for i, lane in [(i, 1) for i in reversed(first)] + [(i, 0) for i in second]:
             src = i + 1 if lane == 1 else i - 1
             if 0 <= src < d:
-                self.fill_wait(i, _at(ends[src][_B][lane], count[i][_B][lane]), None if lane == 1 else "fill_b")
+                self.fill_wait(i, _at(ends(src, _B, lane), count[i][_B][lane]), None if lane == 1 else "fill_b")
             self.put(_B, lane, i)
         for i in range(d):
             f0, f1 = count[i][_F]
@@ -239,16 +231,16 @@ class _Builder:
                 continue
             if f1 >= f0:
                 lane = 0
-            elif i == d - 1 or f1 < len(ends[i + 1][_F][1]):
+            elif i == d - 1 or f1 < len(ends(i + 1, _F, 1)):
                 lane = 1
-            elif f0 < m and (i == 0 or f0 < len(ends[i - 1][_F][0])):
+            elif f0 < m and (i == 0 or f0 < len(ends(i - 1, _F, 0))):
                 lane = 0
             else:
                 continue
             self.room_for(i, _F, lane)
             src = i + 1 if lane == 1 else i - 1
             if 0 <= src < d:
-                self.fill_wait(i, _at(ends[src][_F][lane], count[i][_F][lane]), "fill_f")
+                self.fill_wait(i, _at(ends(src, _F, lane), count[i][_F][lane]), "fill_f")
             self.put(_F, lane, i)
 
     def build(self) -> VRun:
@@ -266,10 +258,10 @@ def zbv_runs(problem: Problem, limit: float) -> list[VRun]:
 
     Each pair of switches starts a chain of runs; a chain whose switches agree with
     an earlier chain's on every switch that chain consulted repeats it and is skipped.
-    The heuristic is defined for two chunks per device: with any other count there are none.
+    The heuristic is defined for a V-shape of two chunks per device: on any other placement there are none.
     """
     runs: list[VRun] = []
-    if problem.chunks != 2 or not problem.split_backward:
+    if problem.chunks != 2 or problem.placement_name != "vshape" or not problem.split_backward:
         return runs
     chains: list[tuple[dict[str, bool], set[str]]] = []
     # past SMALL_OPS a run stops once it is slower than the fastest so far (ending its chain)
@@ -309,5 +301,4 @@ def zbv_orders(problem: Problem, limit: float) -> list[list[Op]] | None:
     if not runs:
         return None
     best = min(runs, key=lambda r: r.makespan)
-    kinds = (OpKind.F, OpKind.B, OpKind.W)
-    return [[Op(kinds[kind], s, j) for kind, s, j in order] for order in best.orders]
+    return [[Op(kind, s, j) for kind, s, j in order] for order in best.orders]

@@ -14,7 +14,7 @@ from ppsolve.baselines.common import Requirement, finish, with_w_deferred
 from ppsolve.baselines.onef1b import onef1b_forward_backward
 from ppsolve.baselines.zb_auto import zb_auto_orders
 from ppsolve.errors import InfeasibleError
-from ppsolve.methods import RunOptions
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule

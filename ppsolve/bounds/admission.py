@@ -34,8 +34,8 @@ import numpy as np
 from ppsolve.bounds.held import forward_allocates, least_held
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
-_EPS = 1e-9
 MAX_BLOCKS = 32
 
 
@@ -45,7 +45,7 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
     device = problem.placement[0]
     cap = problem.capacity[device]
     act, kept = forward_allocates(problem, 0), least_held(problem, 0)
-    if cap is None or kept <= _EPS:
+    if cap is None or kept <= EPS:
         return None
     split = problem.split_backward
     hold = problem.weight_hold[0] if split else 0.0
@@ -55,12 +55,12 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
     starts: list[float] = []
     for j in range(problem.microbatches):
         # earlier microbatches whose B(0, .) has not ended: 0..most, taken in blocks
-        most = min(j, math.floor((cap - act) / kept + _EPS)) if cap - act >= -_EPS else -1
+        most = min(j, math.floor((cap - act) / kept + EPS)) if cap - act >= -EPS else -1
         best = math.inf
         for lo, hi in _blocks(most + 1):
             room = max(0.0, cap - act - lo * kept)
             ended_b = j - hi  # at least, for every count of active ones in lo..hi
-            ended_w = 0 if hold <= _EPS else max(0, ended_b - math.floor(room / hold + _EPS))
+            ended_w = 0 if hold <= EPS else max(0, ended_b - math.floor(room / hold + EPS))
             when = max(starts[ended_b - 1] + to_b_end if ended_b else 0.0,
                        starts[ended_w - 1] + to_w_end if ended_w else 0.0)
             best = min(best, when)
@@ -93,7 +93,7 @@ def admission_bound(problem: Problem, device: int, starts: list[float] | None, h
     tail_levels = sorted({tails[key] for key in kinds})
     for h in head_levels:
         for q in tail_levels:
-            chosen = [key for key in kinds if heads[key] >= h - _EPS and tails[key] >= q - _EPS]
+            chosen = [key for key in kinds if heads[key] >= h - EPS and tails[key] >= q - EPS]
             if not chosen:
                 continue
             work = sum(problem.duration(*key) for key in chosen)

@@ -19,6 +19,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.bounds.recompute import forced_recompute, recomputed_area
 from ppsolve.bounds.sequence import sequence_bounds
+from ppsolve.tolerance import EPS, slack
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class MakespanBound:
         candidates += [(b, f"load of device {d} with the recompute its cap forces")
                        for d, b in enumerate(self.recompute_bounds)]
         top = max(c[0] for c in candidates)
-        ties = (name for value, name in candidates if value >= top - 1e-9 * max(1.0, top))  # ties: the simplest
+        ties = (name for value, name in candidates if value >= top - slack(top))  # ties: the simplest
         return next(ties, candidates[0][1])
 
 
@@ -183,7 +184,7 @@ def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
         kept = least_held(problem, s)
         if kept <= 0:
             continue
-        q = max(1, math.floor(cap / kept + 1e-9))
+        q = max(1, math.floor(cap / kept + EPS))
         if q >= m:
             continue
         best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + tails[s])
@@ -307,7 +308,7 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
                                   for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[s] for s in stages)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    bound = load + (before + after if front < all_f - 1e-9 else max(before, after))
+    bound = load + (before + after if front < all_f - EPS else max(before, after))
     if problem.recompute is not None and all(problem.duration(OpKind.R, s) >= f for s, f in zip(stages, x.F)):
         whole = _device_data(problem, stages, recompute=False)
         bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
@@ -334,14 +335,14 @@ def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: l
     least is at EB or at one of those times (tried while one more could still fit the cap).
     """
     def ended(t: float, h: float, f: float) -> int:  # forwards of a stage that can have ended by t
-        return m if f <= 0 else max(0, min(m, math.floor((t - h) / f + 1e-9)))
+        return m if f <= 0 else max(0, min(m, math.floor((t - h) / f + EPS)))
 
     def most_before(t: float) -> float:
         return most_work([Group(ended(t, h, f), ((k, f),)) for h, f, k in zip(heads, x.F, kept)], budget)
 
     times = {first_b}
     for h, f, k in zip(heads, x.F, kept):
-        fits = 0 if f <= 0 else m if k <= 0 else min(m, math.floor(budget / k + 1e-9) + 1)
+        fits = 0 if f <= 0 else m if k <= 0 else min(m, math.floor(budget / k + EPS) + 1)
         times.update(t for t in (h + n * f for n in range(1, fits + 1)) if t > first_b)
     if len(times) <= MAX_IDLE_TIMES:
         return min(t - most_before(t) for t in times)
@@ -370,9 +371,9 @@ def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: flo
     ends = least_starts(b_tail, b_min, min(x.first), max(x.offload), cap, h2d, n)
     best = math.inf
     for b, t in enumerate(ends, 1):
-        if b * kept > cap + 1e-9:
+        if b * kept > cap + EPS:
             break
-        pending = n - b if hold <= 0 else min(n - b, math.floor((cap - b * kept) / hold + 1e-9))
+        pending = n - b if hold <= 0 else min(n - b, math.floor((cap - b * kept) / hold + EPS))
         best = min(best, max(f_tail, t + b_min) - b * max(x.BW) - pending * w_max)
     return max(0.0, best)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_EPS = 1e-9
+from ppsolve.tolerance import EPS
+
 EXACT_CHOICES = 4096  # several one-item groups: enumerated exactly up to this many combinations
 
 
@@ -40,7 +41,7 @@ def most_work(groups: list[Group], budget: float) -> float:
 def _usable(group: Group, budget: float) -> int:
     """How many items of a one-item group the budget could hold at most."""
     w = group.items[0][0]
-    return group.count if w <= 0 else min(group.count, math.floor(budget / w + _EPS))
+    return group.count if w <= 0 else min(group.count, math.floor(budget / w + EPS))
 
 
 def _one_item_groups(items: list[tuple[int, float, float]], budget: float) -> float:
@@ -52,12 +53,12 @@ def _one_item_groups(items: list[tuple[int, float, float]], budget: float) -> fl
     def fill(i: int, left: float, value: float) -> None:
         nonlocal best
         if i == len(rest):
-            x = c_last if w_last <= 0 else min(c_last, math.floor(left / w_last + _EPS))
+            x = c_last if w_last <= 0 else min(c_last, math.floor(left / w_last + EPS))
             best = max(best, value + max(0, x) * v_last)
             return
         count, w, v = rest[i]
         for x in range(count + 1):
-            if x * w > left + _EPS:
+            if x * w > left + EPS:
                 break
             fill(i + 1, left - x * w, value + x * v)
 
@@ -78,10 +79,10 @@ def _one_group(group: Group, budget: float) -> float:
     best = 0.0
     for x1 in range(group.count + 1):
         left = budget - x1 * w1
-        if left < -_EPS:
+        if left < -EPS:
             break
         room = group.count - x1
-        x2 = room if w2 <= 0 else min(room, math.floor(left / w2 + _EPS))
+        x2 = room if w2 <= 0 else min(room, math.floor(left / w2 + EPS))
         best = max(best, x1 * v1 + max(0, x2) * v2)
     return best
 
@@ -100,7 +101,7 @@ def dual_lines(groups: list[Group]) -> list[tuple[float, float]]:
             if w > 0:
                 lams.add(v / w)
             for w2, v2 in g.items[i + 1:]:
-                if abs(w - w2) > _EPS and (v - v2) / (w - w2) > 0:
+                if abs(w - w2) > EPS and (v - v2) / (w - w2) > 0:
                     lams.add((v - v2) / (w - w2))
     out = []
     for lam in sorted(lams):
@@ -128,10 +129,10 @@ def least_starts(head: float, gap: float, size: float, spare: float, cap: float,
     for k in range(1, count + 1):
         t = head if k == 1 else starts[-1] + gap
         need = k * size - cap
-        if need > _EPS:
-            if spare <= 0 or rate <= 0 or need > (k - 1) * spare + _EPS:
+        if need > EPS:
+            if spare <= 0 or rate <= 0 or need > (k - 1) * spare + EPS:
                 break
-            reach = min(k - 1, math.floor((need - _EPS) / spare) + 1)
+            reach = min(k - 1, math.floor((need - EPS) / spare) + 1)
             while covered < reach:
                 covered += 1
                 best = max(best, starts[covered - 1] - (covered - 1) * spare / rate)

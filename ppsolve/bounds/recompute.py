@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import slack
 
 _ITERATIONS = 50
 _GOLDEN = 30
@@ -157,12 +158,12 @@ def forced_recompute(problem: Problem, device: int, f_head, b_head, device_bound
         """Area over what the cap holds over [head, t]."""
         return total - cap * (t - head)
 
-    slack = 1e-9 * max(1.0, total)  # rounding: a figure that passes within it passes
+    allowed = slack(total)  # rounding: a figure that passes within it passes
 
     def fails(t: float, time: float | None = None) -> bool:
         """Whether no schedule ends by ``t`` (recomputing for at most ``time``, default all it can)."""
         time = t - device_bound if time is None else time
-        return short(t) > _most_saving(stages, m, tau, time, rate * (t - head)) + slack
+        return short(t) > _most_saving(stages, m, tau, time, rate * (t - head)) + allowed
 
     lo, hi = device_bound, max(device_bound, head + total / cap)
     if fails(lo):

@@ -40,12 +40,13 @@ import math
 
 import numpy as np
 
+from ppsolve.memory import memory_lags
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 ROUNDS = 64
 MAX_CAP_RULES = 64  # the cap's choices of ``a`` are taken in at most this many blocks (see _cap_wait)
-_EPS = 1e-9
 
 
 def _in_order(a: np.ndarray, d: float) -> np.ndarray:
@@ -90,21 +91,18 @@ class _Passes:
         for s in range(problem.num_stages):
             cap = problem.capacity[problem.placement[s]]
             act = problem.activation[s]
-            if cap is None or act <= _EPS or cap < act - _EPS:
+            if cap is None or act <= EPS or cap < act - EPS:
                 continue
             hold = problem.weight_hold[s] if self.split else 0.0
-            most = int(math.floor((cap - act) / act + _EPS))  # microbatches still active beside a new one
+            most = int(math.floor((cap - act) / act + EPS))  # microbatches still active beside a new one
             if most >= self.m - 1:
                 continue  # the cap holds every microbatch at once: it never delays a forward
             rules = []
             for lo, hi in _blocks(most + 1):
                 room = cap - act - lo * act
-                rules.append((lo, hi, None if hold <= _EPS else int(math.floor(room / hold + _EPS))))
+                rules.append((lo, hi, None if hold <= EPS else int(math.floor(room / hold + EPS))))
             self.cap_rules[s] = rules
-            lags = [(OpKind.B, int(math.floor(cap / act + _EPS)))]
-            if hold > _EPS:
-                lags.append((OpKind.W, int(math.floor((cap - act) / hold + _EPS)) + 1))
-            self.cap_lags[s] = lags
+            self.cap_lags[s] = memory_lags(cap, act, hold)
 
     def _cap_wait(self, s: int) -> np.ndarray:
         """Earliest starts of F(s, .) that the cap of its device allows (stage s alone).
@@ -135,7 +133,7 @@ class _Passes:
             if kind is OpKind.F and s in self.cap_rules:
                 np.maximum(a, self._cap_wait(s), out=a)
             new = _in_order(a, self.dur[key])
-            if np.any(new > self.head[key] + _EPS):
+            if np.any(new > self.head[key] + EPS):
                 changed = True
             self.head[key] = new
         return changed
@@ -152,7 +150,7 @@ class _Passes:
                     f = (OpKind.F, s)
                     np.maximum(a, _shift_back(self.tail[f] + self.dur[f], q), out=a)
             new = _in_order_back(a, self.dur[key])
-            if np.any(new > self.tail[key] + _EPS):
+            if np.any(new > self.tail[key] + EPS):
                 changed = True
             self.tail[key] = new
         return changed
@@ -173,12 +171,12 @@ def _one_machine(heads: np.ndarray, durations: np.ndarray, tails: np.ndarray) ->
     while i < n or ready:
         if not ready and t < r[i]:
             t = r[i]
-        while i < n and r[i] <= t + _EPS:
+        while i < n and r[i] <= t + EPS:
             heapq.heappush(ready, [-q[i], p[i]])
             i += 1
         job = ready[0]
         until = r[i] if i < n else math.inf
-        if t + job[1] <= until + _EPS:
+        if t + job[1] <= until + EPS:
             t += job[1]
             heapq.heappop(ready)
             best = max(best, t - job[0])

@@ -11,6 +11,7 @@ from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_
 from ppsolve.errors import InputError
 from ppsolve.limits import check_seconds
 from ppsolve.problem import load_problem
+from ppsolve.tolerance import EPS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         from ppsolve.solvers.split_bound import split_bound  # CP-SAT: imported only when asked for
 
         split = split_bound(problem, args.split, args.threads, report=_progress(time.monotonic()))
-    raised = split is not None and split.best is not None and split.best.value > bound.value * (1 + 1e-9)
+    raised = split is not None and split.best is not None and split.best.value > bound.value * (1 + EPS)
     value = split.best.value if raised else bound.value
     no_off = min_capacity(problem, offload=False)
     with_off = min_capacity(problem, offload=True) if problem.can_offload else None

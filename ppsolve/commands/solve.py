@@ -13,7 +13,8 @@ from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json, require_directory
 from ppsolve.problem import load_problem
 from ppsolve.schedule import schedule_from_dict
-from ppsolve.solvers.phases import BACKENDS
+from ppsolve.solvers.api import DEFAULT_TIME_LIMIT
+from ppsolve.solvers.backends import BACKENDS
 from ppsolve.units import warn as warn_implausible
 
 # Of --time-limit, the share (at most AFTER_MAX seconds) kept after the solve for writing the file and
@@ -31,8 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="schedule file to write (ppsolve/schedule@1)")
     parser.add_argument("--solver", choices=tuple(BACKENDS), default="cpsat",
                         help="the model: cpsat (OR-Tools CP-SAT, default) or milp (PuLP + HiGHS)")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                        help="seconds for the whole run, warm start included (default 60)")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+                        help=f"seconds for the whole run, warm start included (default {DEFAULT_TIME_LIMIT:g})")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="solver threads (default: all cores); 1 is deterministic for a given --seed "
                              "(the file notes when the time limit cut a step short instead)")
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         result.notes.append("no comparison with the published schedules: it did not fit in the time limit "
                             "(ppsolve bench compares them)")
     summary = {
-        "output": args.output, "status": result.status, "makespan": schedule.makespan,
+        "output": args.output, "status": result.status.value, "makespan": schedule.makespan,
         "lower_bound": result.lower_bound, "gap": result.gap, "seconds": round(result.seconds, 3),
         "peak_memory": schedule.peak_memory, "capacity": list(schedule.problem.capacity),
         "offloaded": schedule.offloaded, "offloaded_by_stage": schedule.offloaded_by_stage(),
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return _done(result)
     peaks = ", ".join(f"{p:g}" for p in schedule.peak_memory)
     caps = ", ".join("-" if c is None else f"{c:g}" for c in schedule.problem.capacity)
-    head = "interrupted: best so far" if result.interrupted else result.status
+    head = "interrupted: best so far" if result.interrupted else result.status.value
     time_unit, memory_unit = schedule.problem.units
     print(f"{args.output}: {head}, makespan {schedule.makespan:g}, lower bound {result.lower_bound:g} "
           f"({time_unit}), gap {result.gap:.2%}, {result.seconds:.1f} s")

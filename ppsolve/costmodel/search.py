@@ -18,7 +18,7 @@ from typing import Callable
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.costmodel.partition import Partition
 from ppsolve.errors import PpsolveError
-from ppsolve.methods import RunOptions, run_method
+from ppsolve.methods import RunOptions, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 
@@ -131,10 +131,8 @@ def search_partition(make: Callable[[Partition], Problem], start: Partition, *, 
     options = RunOptions(time_limit=time_limit, threads=threads, seed=seed)
     trials = []
     for candidate in ranked[:max(1, top)]:
-        try:
-            trials.append(Trial(candidate, run_method(SOLVER, candidate.problem, options)))
-        except PpsolveError as exc:
-            trials.append(Trial(candidate, None, str(exc)))
+        outcome = run_and_check(get_method(SOLVER), candidate.problem, options, checked=False)  # solve checks
+        trials.append(Trial(candidate, outcome.schedule, None if outcome.schedule is not None else outcome.note))
     best = min(trials, key=lambda t: (t.makespan, t.candidate.score))
     if best.schedule is None:
         raise PpsolveError(f"the solver found no schedule for the {len(trials)} best partitions: {trials[0].error}")

@@ -16,6 +16,7 @@ from ppsolve.memory import peak_memory
 from ppsolve.ops import OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.tolerance import EPS
 
 
 @dataclass
@@ -63,7 +64,7 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: d
         amount = op.amount
         if op.kind.is_transfer:
             share = op.amount / problem.activation[op.stage] if problem.activation[op.stage] > 0 else 1.0
-            amount = acts[op.stage] if share >= 1 - 1e-9 else share * acts[op.stage]
+            amount = acts[op.stage] if share >= 1 - EPS else share * acts[op.stage]
             amount = float((moved or {}).get((op.stage, op.microbatch), amount))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, op.device, op.start, op.end, amount))
     return peak_memory(measured_problem, ops)

@@ -33,13 +33,14 @@ from torch import nn
 
 from ppsolve.executor import split
 from ppsolve.executor.device import CpuDevice, Device
+from ppsolve.tolerance import EPS
 
 
 def offload_choice(sizes: list[int], fraction: float) -> list[int]:
     """Which saved storages an offload of ``fraction`` of a microbatch moves: the largest first,
     each whole, while the total stays within the share (all of them at fraction >= 1)."""
     total = sum(sizes)
-    budget = total if fraction >= 1 - 1e-9 else int(fraction * total)
+    budget = total if fraction >= 1 - EPS else int(fraction * total)
     chosen, moved = [], 0
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         if moved + sizes[i] <= budget:
@@ -303,4 +304,3 @@ class Stage:
         """The event after microbatch j's last transfer (what its RELOAD or B waits for), or None."""
         state = self.pending.get(j)
         return None if state is None else state.copied
-

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ppsolve.studies.frontier import CURVE_LABELS, Frontier
 from ppsolve.plot.figure import new_figure, save_figure
+from ppsolve.tolerance import EPS
 
 # (colour, line style) of each curve; drawn in CURVE_LABELS' order, so that the curve with the most
 # levers stays visible where curves coincide.
@@ -26,7 +27,7 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
     # baselines sit at their own peak; a solver run without a cap is drawn at 'unbounded', whatever its peak
     peaks = [p.peak_memory for p in frontier.curve("baseline") if p.peak_memory is not None] or \
         ([] if finite else [p.peak_memory for p in frontier.points if p.peak_memory is not None])
-    right = max([*finite, *peaks, 1e-9])
+    right = max([*finite, *peaks, EPS])
     left = min([*finite, *peaks, right])
     unbounded_x = right + 0.12 * max(right - left, right * 0.2)
     for curve in frontier.curves:
@@ -47,7 +48,7 @@ def draw_frontier(frontier: Frontier, size: tuple[float, float] = (9.0, 5.5)):
         if raw:
             ax.plot(*zip(*raw), "x", color=color, markersize=5, alpha=0.6, label=f"{label}: raw run, worse")
         bounds = [(x, p.lower_bound) for x, p in zip(xs, pts) if p.lower_bound is not None]
-        if bounds and any(b < p.best_makespan - 1e-9 for (_, b), p in zip(bounds, pts)):
+        if bounds and any(b < p.best_makespan - EPS for (_, b), p in zip(bounds, pts)):
             ax.plot(*zip(*bounds), linestyle=":", color=color, linewidth=1.0, label=f"{label}: lower bound")
     baselines = frontier.curve("baseline")
     for index, p in enumerate(b for b in baselines if b.valid and b.makespan is not None):

@@ -16,6 +16,7 @@ from ppsolve.bounds import makespan_lower_bound
 from ppsolve.memory import memory_curves
 from ppsolve.ops import OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
+from ppsolve.tolerance import EPS, slack
 
 KIND_COLORS = {
     OpKind.F: "#4C72B0",
@@ -200,7 +201,7 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
     fig = new_figure(lay.width, lay.height)
     rows, ticks, labels = _lane_rows(schedule, lay.transfer_devices)
     gantt_units = sum(h for _, h in rows.values()) + DEVICE_GAP * problem.devices
-    span = max(schedule.makespan, 1e-9)
+    span = max(schedule.makespan, EPS)
     axes_w = max(0.1, lay.width - LEFT - RIGHT)
 
     def frac_x(inches: float) -> float:
@@ -297,10 +298,10 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
     """One panel per device (or one shared panel for many devices): held memory and capacity."""
     problem = schedule.problem
     curves = memory_curves(problem, schedule.ops)
-    span = max(schedule.makespan, 1e-9)
+    span = max(schedule.makespan, EPS)
     peaks = schedule.peak_memory
     caps = [c for c in problem.capacity if c is not None]
-    top = max([*peaks, *caps, 1e-9]) * 1.12
+    top = max([*peaks, *caps, EPS]) * 1.12
     time_unit, memory_unit = problem.units
     first = lay.top + lay.gantt_height + MEMORY_GAP
     panel_h = lay.memory_height / lay.memory_panels
@@ -320,7 +321,7 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
             cap = problem.capacity[device]
             if cap is not None and (lay.memory_panels > 1 or device == 0 or cap != problem.capacity[0]):
                 ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", linewidth=0.9)
-            if cap is not None and peaks[device] > cap + 1e-9 * max(1.0, cap):
+            if cap is not None and peaks[device] > cap + slack(cap):
                 _mark_over_capacity(ax, times, levels, cap)
         ax.set_ylim(0, top)
         ax.set_xlim(0, span)
@@ -328,7 +329,7 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
         ax.grid(axis="x", color="#eeeeee", linewidth=0.5)
         if lay.memory_panels > 1:
             cap = problem.capacity[panel]
-            over = cap is not None and peaks[panel] > cap + 1e-9 * max(1.0, cap)
+            over = cap is not None and peaks[panel] > cap + slack(cap)
             note = f"peak {peaks[panel]:g}" + ("" if cap is None else f" {'>' if over else '/'} cap {cap:g}")
             ax.text(1.005, 0.5, note, transform=ax.transAxes, ha="left", va="center", fontsize=6.5,
                     color=CAPACITY_COLOR if over else "#333333", weight="bold" if over else "normal")

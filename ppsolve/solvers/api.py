@@ -1,12 +1,14 @@
-"""The solver-agnostic types: options, statuses, phases, what a backend is asked and what it answers.
+"""The solver-agnostic types: options, statuses, phases, the backend contract.
 
-A backend (``ppsolve.solvers.cpsat``, ``ppsolve.solvers.milp``) implements one
-function, ``run_phase(task: PhaseTask) -> PhaseAnswer``: build its model of the
-problem for one phase (variables, constraints, objective, from the one
-dependency table and the one :class:`~ppsolve.solvers.scaling.Scaling`),
-search within the task's limit, and return its solutions as scheduled ops.
-Everything else (warm start, the order of phases, the time budget, turning
-solutions into checked schedules, progress) is in ``ppsolve.solvers.solve`` (in ``ppsolve.solvers.phases``).
+A backend (``ppsolve.solvers.cpsat.backend``, ``ppsolve.solvers.milp.backend``) is a
+module that satisfies :class:`Backend`; its main function is
+``run_phase(task: PhaseTask) -> PhaseAnswer``: build its model of the problem for
+one phase (variables, constraints, objective, from the one dependency table and
+the one :class:`~ppsolve.solvers.scaling.Scaling`), search within the task's
+limit, and return its solutions as scheduled ops. :mod:`ppsolve.solvers.backends`
+names them and imports one (only when chosen). Everything else (warm start,
+the order of phases, the time budget, turning solutions into checked schedules,
+progress) is in ``ppsolve.solvers.phases``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import enum
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO, runtime_checkable
 
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.settings import Settings
 
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from ppsolve.solvers.window import Window
 
 OBJECTIVES = ("makespan", "memory")
+DEFAULT_TIME_LIMIT = 60.0  # seconds for a whole solve when none is given
 
 
 class NoSolutionError(PpsolveError):
@@ -36,18 +40,21 @@ class NoSolutionError(PpsolveError):
     exit_code = 4
 
 
-class Status(enum.Enum):
-    """What a search established.
+class Status(str, enum.Enum):
+    """What a search established (a solve's result carries OPTIMAL or FEASIBLE).
 
     OPTIMAL: the best solution is proven optimal for the model. FEASIBLE: solutions, no proof.
     INFEASIBLE: the model has no solution (within the given horizon). UNKNOWN: the limit
-    passed with no solution and no proof.
+    passed with no solution and no proof. The value is what schedule files and JSON output say.
     """
 
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
     UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
 
     @property
     def solved(self) -> bool:
@@ -73,11 +80,11 @@ class SolveOptions:
     command: writing the file, comparing with the published schedules). ``threads=1`` with a
     ``seed`` is deterministic while the deterministic limits (derived from ``time_limit``) end each
     step; the wall clock stays the hard limit (see ``ppsolve.solvers.budget``).
-    ``symmetry``, ``offload`` and ``recompute`` exist for experiments and tests.
+    ``symmetry``, ``offload``, ``recompute`` and ``settings`` exist for experiments and tests.
     """
 
     solver: str = "cpsat"
-    time_limit: float = 60.0
+    time_limit: float = DEFAULT_TIME_LIMIT
     threads: int | None = None
     seed: int = 0
     objective: str = "makespan"
@@ -93,6 +100,7 @@ class SolveOptions:
     stream: TextIO | None = None
     started: float | None = None  # time.monotonic() when the run began (the CLI: when the command began)
     keep_after: float = 0.0
+    settings: Settings = Settings()  # the tuning knobs (ppsolve.solvers.settings); the defaults are measured
 
     @property
     def deterministic(self) -> bool:
@@ -102,7 +110,7 @@ class SolveOptions:
 @dataclass
 class SolveResult:
     schedule: Schedule
-    status: str  # "optimal" or "feasible" (the schedule file's method.status)
+    status: Status  # OPTIMAL or FEASIBLE (its value is the schedule file's method.status)
     lower_bound: float
     gap: float
     seconds: float
@@ -228,3 +236,22 @@ def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any,
     if "error" in result:
         raise result["error"]
     return result.get("value"), False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a solver backend module provides (``ppsolve.solvers.cpsat.backend`` is one)."""
+
+    NAME: str
+    CONTINUOUS_AMOUNTS: bool  # an offload may move any amount (else multiples of the scaling's grid)
+    WHOLE_SHARES: bool  # PhaseTask.whole_shares is honoured (a quick first step of the OVERHEAD phase)
+    WINDOWS: bool  # run_phase also solves a window of an incumbent (PhaseTask.window): the LNS
+
+    def why_not(self) -> str | None:
+        """None when the backend can run here, else why not (a missing package, ...)."""
+
+    def engine(self) -> str:
+        """The engine and its version, for the schedule's record."""
+
+    def run_phase(self, task: PhaseTask) -> PhaseAnswer:
+        """Build the phase's model, search within ``task.limit`` and answer."""

@@ -8,7 +8,7 @@ once building would eat the time kept for the end; each search phase gets a
 Deterministic mode (``--threads 1``): a wall-clock limit stops a search at a
 different point on every run, so the warm start and the searches get
 *deterministic* limits as well (never read off the clock): the warm start a
-number of candidates sized by the problem, each search ``DETERMINISTIC_SHARE``
+number of candidates sized by the problem, each search ``deterministic_share``
 of its share of the time limit in seconds of deterministic work (CP-SAT's
 deterministic time, HiGHS' interrupt checks; each backend's rate is calibrated
 on the bench machine). Those end well inside the wall clock there, and the wall
@@ -22,21 +22,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-WARM_START_SHARE = 0.2  # of the time limit
-RESERVE_SHARE = 0.08  # of the time limit, at least, kept for realising and checking
-# Deterministic mode: the deterministic work of a search is this share of its wall time (in each
-# backend's calibrated unit), so that a solve uses most of its time limit on the bench machine (a shared
-# 2-core machine; at 0.5 hard offload solves ended after 4-8 s of a 30 s limit); on a slower or busier
-# machine the wall clock ends the step and the file says the run may not be reproducible; and the warm
-# start collects acceptable candidates while (candidates x ops) stays below WARM_START_OPS_PER_SECOND x this share of its own share (at least one):
-# one candidate (a baseline or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU
-# second there (see docs/solver.md). Methods that do not apply or refuse the caps are not counted.
-DETERMINISTIC_SHARE = 0.9
-WARM_START_OPS_PER_SECOND = 10_000
-RESERVE_CHECKS = 4  # the reserve is at least this many times one check of the warm start
-# when the last phase's answers are checked schedules already (the large-neighbourhood search), only
-# writing one is left: the reserve shrinks to this share of the time limit (or RESERVE_CHECKS checks)
-LEAN_RESERVE_SHARE = 0.01
+from ppsolve.solvers.settings import BudgetSettings
+
 MIN_SEARCH = 0.05  # seconds: a search is never given less
 
 
@@ -63,12 +50,14 @@ class Budget:
     the command, after Python's start-up: what ran in the process before it does not eat the limit); the
     solve ends ``keep_after`` seconds before the time limit (the caller's share)."""
 
-    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0):
+    def __init__(self, time_limit: float, deterministic: bool, t0: float | None = None, keep_after: float = 0.0,
+                 settings: BudgetSettings = BudgetSettings()):
+        self.knobs = settings
         self.time_limit = float(time_limit)
         self.deterministic = deterministic
         self.t0 = time.monotonic() if t0 is None else t0
         self.deadline = self.t0 + self.time_limit - min(keep_after, 0.5 * self.time_limit)
-        self.reserve = max(RESERVE_SHARE * self.time_limit, 0.05)
+        self.reserve = max(settings.reserve_share * self.time_limit, 0.05)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -83,14 +72,15 @@ class Budget:
 
     def note_check_seconds(self, seconds: float) -> None:
         """One check of a schedule took ``seconds``: keep room for a few at the end (at most 30%)."""
-        self.reserve = min(0.3 * (self.deadline - self.t0), max(self.reserve, RESERVE_CHECKS * seconds))
+        self.reserve = min(0.3 * (self.deadline - self.t0), max(self.reserve, self.knobs.reserve_checks * seconds))
 
     def lean_reserve(self, check_seconds: float) -> None:
         """What is left after the search needs no model solution realised and checked (its every answer
-        is a checked schedule): keep ``LEAN_RESERVE_SHARE`` of the time limit, or ``RESERVE_CHECKS`` times
+        is a checked schedule): keep ``lean_reserve_share`` of the time limit, or ``reserve_checks`` times
         ``check_seconds`` if more, for writing the answer (at a 300 s limit: 3 s instead of 24 s)."""
-        self.reserve = min(self.reserve, max(LEAN_RESERVE_SHARE * self.time_limit, RESERVE_CHECKS * check_seconds,
-                                             MIN_SEARCH))
+        knobs = self.knobs
+        self.reserve = min(self.reserve, max(knobs.lean_reserve_share * self.time_limit,
+                                             knobs.reserve_checks * check_seconds, MIN_SEARCH))
 
     def warm_start_deadline(self) -> float:
         """When the warm start, starting now, stops trying candidates (monotonic clock).
@@ -102,19 +92,20 @@ class Budget:
         """
         if self.deterministic:
             return self.deadline - self.reserve
-        share, now = WARM_START_SHARE * self.time_limit, time.monotonic()
+        share, now = self.knobs.warm_start_share * self.time_limit, time.monotonic()
         return min(now + share, max(self.t0 + 0.6 * self.time_limit, now + 0.5 * share))
 
     def baseline_seconds(self) -> float:
         """The time limit each baseline of the warm start is given (its share of the run, at least 1 s)."""
-        return max(1.0, WARM_START_SHARE * self.time_limit)
+        return max(1.0, self.knobs.warm_start_share * self.time_limit)
 
     def warm_start_candidates(self, ops: int) -> int | None:
         """Deterministic mode: how many acceptable warm-start candidates to collect for a problem of
         ``ops`` ops (at least one); None otherwise (the clock decides)."""
         if not self.deterministic:
             return None
-        work = DETERMINISTIC_SHARE * WARM_START_SHARE * self.time_limit * WARM_START_OPS_PER_SECOND
+        knobs = self.knobs
+        work = knobs.deterministic_share * knobs.warm_start_share * self.time_limit * knobs.warm_start_ops_per_second
         return max(1, int(work // max(1, ops)))
 
     def check(self) -> None:
@@ -128,9 +119,9 @@ class Budget:
         ``share`` is the phase's fraction of the time limit and ``keep`` the fraction kept for the
         phases after it: the phase may run until the deadline less the reserve and what is kept
         (so it inherits time the warm start did not use). Deterministic mode adds
-        ``DETERMINISTIC_SHARE * share * time_limit`` seconds of deterministic work.
+        ``deterministic_share * share * time_limit`` seconds of deterministic work.
         """
         until = self.deadline - self.reserve - keep * self.time_limit
         if self.deterministic:
-            return Limit(until, max(MIN_SEARCH, DETERMINISTIC_SHARE * share * self.time_limit))
+            return Limit(until, max(MIN_SEARCH, self.knobs.deterministic_share * share * self.time_limit))
         return Limit(until)

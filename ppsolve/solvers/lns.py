@@ -22,7 +22,6 @@ import random
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from types import ModuleType
 
 from ppsolve.bounds import critical_path
 from ppsolve.checker import check
@@ -30,61 +29,13 @@ from ppsolve.errors import PpsolveError
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
-from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions, Status
+from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.settings import LnsSettings
 from ppsolve.solvers.window import Incumbent, compose, make_window
-
-START_SIZE = 120  # free ops in the first window
-MIN_SIZE, MAX_SIZE = 60, 2000
-WINDOW_SECONDS = 1.0  # the most one window's search may take (wall clock, or deterministic work in seconds)
-# Deterministic mode: a window's wall clock is only the guard, this many times WINDOW_SECONDS. Its
-# deterministic limit took 0.75 to 0.92 s of wall time on windows of 1 500 to 3 000 model variables
-# (vsh2-d16-m64 of the scale suite, 2-core machine), so a guard of 1 s fired first in some windows and
-# made the run irreproducible (docs/solver.md)
-WINDOW_GUARD = 3.0
-# Deterministic mode counts work without the clock: each window's search as the backend reports it
-# (PhaseAnswer.work), plus WINDOW_OVERHEAD per window (building its model) and ROUND_SECONDS_PER_OP
-# per op of the schedule and round (re-timing and checking it; measured: docs/solver.md).
-WINDOW_OVERHEAD = 0.05
-ROUND_SECONDS_PER_OP = 5e-5
-OPS_PER_WINDOW = 1500  # a round solves one window per this many ops of the schedule ...
-MAX_BATCH = 12  # ... up to this many
-PICKS_PER_WINDOW = 3  # a round draws up to this many picks per window of its batch
-ORDERS = True  # without transfers, ops after a window keep their order rather than their times
-# up to this many devices a window spans all of them; beyond, half its windows take a block (at d = 32,
-# windows over all devices did better on three of the four problems measured, 1 % worse on the linear one
-# with offload: docs/solver.md)
-ALL_DEVICES = 32
-BLOCK = 8  # devices in a block window
-# this share of the windows is centred on an op of a longest path that its device sits idle before (any
-# one alike: the largest idle is often the one no schedule avoids), since only a window that holds idle of
-# a longest path can shorten it. Off: 0.2 gave 0.994x in geometric mean with --threads 1 (3 seeds, 4 scale
-# problems without offload) but longer schedules in 300 s solves on both cores (lin-d32-m128 6954.2
-# against 6779); docs/solver.md, benchmarks/lns_centres.py@5331613
-WAIT_SHARE = 0.0
-# A window shortens a longest path where the path waits: one whose range holds no critical op that
-# its device sits idle before is drawn again, up to this many draws in all (1: any draw). Continuing
-# from a 300 s vsh2-d32 schedule with one draw, 1 of the 118 windows centred in 0.3-0.8 of the
-# makespan, where device 0 is busy throughout, shortened its path; 26 of the other 140 did
-# (docs/solver.md, benchmarks/window_positions.py@5331613)
-IDLE_DRAWS = 8
-# Tail windows (schedules without transfers, where later ops keep their order): once the ordinary
-# windows have not shortened the schedule for TAIL_STALL of the search's time, the rest of it goes to
-# windows over the end of the schedule, TAIL_SPAN times one microbatch's critical path on every device
-# and TAIL_BACK times it more on the most loaded devices, each with TAIL_SECONDS. Ordinary windows are
-# time slices: they cannot take work of the busiest device from before its last admission into the
-# idle of the drain after it, which is what bounds the V-shapes (vsh2-d16-m64: 2364.1 -> 2344.9 in
-# 256 s of tail windows after a 300 s solve, ordinary windows 2362.0; from another start 2360.4 ->
-# 2354.7, ordinary windows 2349.5: benchmarks/tail_windows.py@5331613). Given the last half of every search, they made
-# 300 s solves longer (vsh2-d16 2384.2, vsh2-d32 4972.2): the ordinary windows need that time first.
-TAIL_STALL = 0.15
-TAIL_SPAN = (0.8, 1.3)
-TAIL_BACK = (0.8, 2.0)
-TAIL_SECONDS = 20.0
-TAIL_MAX_OPS = 1400  # larger tails are shrunk to about this many free ops
-
+from ppsolve.tolerance import EPS
 
 @dataclass
 class LnsResult:
@@ -98,7 +49,7 @@ class LnsResult:
     interrupted: bool = False
     by_clock: bool = False  # deterministic mode: the wall clock, not the work limit, ended a window or the search
     sizes: list[int] = field(default_factory=list)
-    tail_windows: int = 0  # of ``windows``, those over the end of the schedule (TAIL_STALL)
+    tail_windows: int = 0  # of ``windows``, those over the end of the schedule (LnsSettings.tail_stall)
     tail_improved: int = 0
 
 
@@ -106,29 +57,28 @@ def _flow(schedule: Schedule) -> float:
     return sum(op.end for op in schedule.ops)
 
 
-def _pick(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
-    """Devices and time range of the next window, drawn again (up to ``IDLE_DRAWS`` draws in all) while
-    its range holds no op of a longest path that its device sits idle before."""
-    for _ in range(IDLE_DRAWS):
-        devices, t0, t1 = _draw(inc, rng, size)
+def _pick(inc: Incumbent, rng: random.Random, size: int,
+          settings: LnsSettings = LnsSettings()) -> tuple[tuple[int, ...], float, float]:
+    """Devices and time range of the next window, drawn again (up to ``settings.idle_draws`` draws in
+    all) while its range holds no op of a longest path that its device sits idle before."""
+    for _ in range(settings.idle_draws):
+        devices, t0, t1 = _draw(inc, rng, size, settings)
         if inc.waits_within(devices, t0, t1):
             break
     return devices, t0, t1
 
 
-def _draw(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...], float, float]:
-    """Devices and time range of a window around a random op on a longest path (``WAIT_SHARE`` of the
-    time one that its device sits idle before)."""
+def _draw(inc: Incumbent, rng: random.Random, size: int,
+          settings: LnsSettings = LnsSettings()) -> tuple[tuple[int, ...], float, float]:
+    """Devices and time range of a window around a random op on a longest path."""
     p = inc.problem
-    if WAIT_SHARE > 0 and inc.critical_waits and rng.random() < WAIT_SHARE:  # no draw at 0: as before
-        centre = inc.critical_waits[rng.randrange(len(inc.critical_waits))]
-    else:
-        centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
-    if p.devices <= ALL_DEVICES or rng.random() < 0.5:
+    centre = inc.critical_ops[rng.randrange(len(inc.critical_ops))]
+    if p.devices <= settings.all_devices or rng.random() < 0.5:
         devices = tuple(range(p.devices))
     else:
-        first = min(max(0, centre.device - BLOCK // 2), p.devices - BLOCK)
-        devices = tuple(range(first, first + BLOCK))
+        block = settings.block
+        first = min(max(0, centre.device - block // 2), p.devices - block)
+        devices = tuple(range(first, first + block))
     transfers = sum(len(ops) for ops in inc.lanes.values()) * len(devices) / p.devices
     count = sum(len(inc.compute[d]) for d in devices) + transfers  # ops of those devices, whole schedule
     width = size / max(count, 1.0) * inc.makespan
@@ -136,16 +86,17 @@ def _draw(inc: Incumbent, rng: random.Random, size: int) -> tuple[tuple[int, ...
     return devices, t0, min(inc.makespan, t0 + width)
 
 
-def _pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[int, ...]) -> dict[int, float]:
-    """Each device's t0 of a tail window (which ends at the makespan): ``TAIL_SPAN`` times ``path`` (one
-    microbatch's critical path) before the end, ``TAIL_BACK`` times it more on the ``busiest`` devices,
-    both shrunk alike when that frees more than ``TAIL_MAX_OPS`` ops."""
-    span, back = rng.uniform(*TAIL_SPAN) * path, rng.uniform(*TAIL_BACK) * path
+def _pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[int, ...],
+               settings: LnsSettings = LnsSettings()) -> dict[int, float]:
+    """Each device's t0 of a tail window (which ends at the makespan): ``tail_span`` times ``path`` (one
+    microbatch's critical path) before the end, ``tail_back`` times it more on the ``busiest`` devices,
+    both shrunk alike when that frees more than ``tail_max_ops`` ops (``settings``)."""
+    span, back = rng.uniform(*settings.tail_span) * path, rng.uniform(*settings.tail_back) * path
     H = inc.makespan
     for _ in range(60):  # 0.9 ** 60 < 0.002
         t0 = {d: H - span - (back if d in busiest else 0.0) for d in range(inc.problem.devices)}
         count = sum(len(starts) - bisect_left(starts, t0[d]) for d, starts in enumerate(inc.compute_starts))
-        if count <= TAIL_MAX_OPS:
+        if count <= settings.tail_max_ops:
             break
         span, back = 0.9 * span, 0.9 * back
     return t0
@@ -155,45 +106,46 @@ def as_runtime_runs(problem: Problem, start: Schedule) -> Schedule:
     """``start`` re-timed as the runtime would run it, when that is shorter and checks; else ``start``
     (a plan's simulation is already as early as the runtime would run it: checked once is enough)."""
     timed = make_schedule(problem, retime(problem, start.ops), start.method.name)
-    return timed if timed.makespan < start.makespan - 1e-9 and check(timed).ok else start
+    return timed if timed.makespan < start.makespan - EPS and check(timed).ok else start
 
 
-def batch_size(ops: int) -> int:
+def batch_size(ops: int, settings: LnsSettings = LnsSettings()) -> int:
     """Windows per round: one re-timing and one check of the whole schedule per round, so on large
     problems a round solves several independent windows."""
-    return max(1, min(MAX_BATCH, ops // OPS_PER_WINDOW))
+    return max(1, min(settings.max_batch, ops // settings.ops_per_window))
 
 
 def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
-            backend: ModuleType, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
+            backend: Backend, start: Schedule, limit: Limit, offload: bool, lower_bound: float) -> LnsResult:
     """Rounds of windows until ``limit`` (the wall clock; in deterministic mode also the work done,
-    in seconds: the windows' searches, ``WINDOW_OVERHEAD`` per window and ``ROUND_SECONDS_PER_OP``
-    per op and round), the incumbent reaches ``lower_bound``, or Ctrl-C.
+    in seconds: the windows' searches, ``window_overhead`` per window and ``round_seconds_per_op``
+    per op and round, of ``options.settings.lns``), the incumbent reaches ``lower_bound``, or Ctrl-C.
 
     A round picks up to :func:`batch_size` pairwise independent windows, solves each, applies
     every placement that shortens its window's longest path (or, as long, ends its ops earlier),
     re-times and checks the result once, and keeps it when it is better than the incumbent.
     """
+    knobs = options.settings.lns
     rng = random.Random(options.seed)
     result = LnsResult(start)
     inc = Incumbent(start)
-    size = START_SIZE
+    size = knobs.start_size
     spent = 0.0  # work done, deterministic mode
     deterministic = limit.deterministic is not None
-    batch = batch_size(len(start.ops))
-    applying = ROUND_SECONDS_PER_OP * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
-    guard = WINDOW_GUARD if deterministic else 1.0  # a window's wall clock, in its own time limits
-    orders = ORDERS and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
+    batch = batch_size(len(start.ops), knobs)
+    applying = knobs.round_seconds_per_op * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
+    guard = knobs.window_guard if deterministic else 1.0  # a window's wall clock, in its own time limits
+    orders = knobs.orders and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
 
     path = critical_path(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
-    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - 1e-9))
+    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - EPS))
     def clock() -> float:  # the search's progress: its work in deterministic mode, else the wall clock
         return spent if deterministic else time.monotonic()
 
     total = limit.deterministic if deterministic else limit.until - time.monotonic()
     last_gain = clock()  # when the ordinary windows last shortened the schedule
-    tail = False  # tail windows from the stall on (TAIL_STALL)
+    tail = False  # tail windows from the stall on (tail_stall)
 
     def out_of_time() -> bool:
         if deterministic and spent >= limit.deterministic:
@@ -203,23 +155,23 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             return True
         return False
 
-    while inc.makespan > lower_bound * (1 + 1e-9) and not out_of_time() and not result.interrupted:
+    while inc.makespan > lower_bound * (1 + EPS) and not out_of_time() and not result.interrupted:
         windows = []
-        tail = tail or (orders and clock() - last_gain >= TAIL_STALL * total)
+        tail = tail or (orders and clock() - last_gain >= knobs.tail_stall * total)
         if tail:
-            window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest), inc.makespan,
+            window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest, knobs), inc.makespan,
                                  offload, orders, options.recompute)
             windows = [window] if window is not None else []
-        for _ in range(0 if tail else PICKS_PER_WINDOW * batch):
+        for _ in range(0 if tail else knobs.picks_per_window * batch):
             if len(windows) == batch:
                 break
-            devices, t0, t1 = _pick(inc, rng, size)
+            devices, t0, t1 = _pick(inc, rng, size, knobs)
             if not all(w.may_be_independent(inc, devices, t0, t1) for w in windows):
                 continue  # not worth building
             window = make_window(inc, devices, t0, t1, offload, orders, options.recompute)
             if window is not None and all(window.independent(w) for w in windows):
                 windows.append(window)
-        seconds = TAIL_SECONDS if tail else WINDOW_SECONDS
+        seconds = knobs.tail_seconds if tail else knobs.window_seconds
         placements = []
         for window in windows:
             if out_of_time():
@@ -234,7 +186,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             except KeyboardInterrupt:
                 result.interrupted = True
                 break
-            spent += answer.work + WINDOW_OVERHEAD
+            spent += answer.work + knobs.window_overhead
             result.by_clock = result.by_clock or (deterministic and (answer.by_clock or answer.abandoned))
             result.windows += 1
             result.tail_windows += tail
@@ -243,29 +195,29 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
             result.interrupted = result.interrupted or answer.interrupted
             if answer.status is Status.OPTIMAL:
                 result.optimal += 1
-                size = size if tail else min(MAX_SIZE, int(size * 1.2))
+                size = size if tail else min(knobs.max_size, int(size * 1.2))
             elif answer.status is Status.INFEASIBLE:
                 result.infeasible += 1
             elif not tail:
-                size = max(MIN_SIZE, int(size * 0.8))
+                size = max(knobs.min_size, int(size * 0.8))
             if result.interrupted:
                 break
             if not answer.status.solved:
                 continue
             placed = answer.solutions[-1]
             path, flow = window.measure(placed)
-            if path < window.current - 1e-9 or (path <= window.current + 1e-9 and flow < window.flow - 1e-9):
+            if path < window.current - EPS or (path <= window.current + EPS and flow < window.flow - EPS):
                 placements.append((window, placed))
         if not placements:
             continue
         if time.monotonic() + applying > limit.until:
             result.by_clock = result.by_clock or deterministic
             break  # re-timing and checking it would run past the limit
-        spent += ROUND_SECONDS_PER_OP * len(inc.schedule.ops)
+        spent += knobs.round_seconds_per_op * len(inc.schedule.ops)
         began = time.monotonic()
         better = _accept(problem, inc, placements)
         if better is not None:
-            if better.makespan < inc.makespan - 1e-9 and not tail:
+            if better.makespan < inc.makespan - EPS and not tail:
                 last_gain = clock()
             inc = Incumbent(better)
             result.best = better
@@ -286,7 +238,7 @@ def _accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     better = _composed(problem, inc, placements)
     if better is None:
         shorter = [(window, placed) for window, placed in placements
-                   if window.measure(placed)[0] < window.current - 1e-9]
+                   if window.measure(placed)[0] < window.current - EPS]
         if shorter and len(shorter) < len(placements):
             better = _composed(problem, inc, shorter)
     return better
@@ -299,7 +251,7 @@ def _composed(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     except PpsolveError:
         return None
     old = inc.schedule
-    shorter = candidate.makespan < old.makespan - 1e-9
-    if not shorter and (candidate.makespan > old.makespan + 1e-9 or _flow(candidate) >= _flow(old) - 1e-9):
+    shorter = candidate.makespan < old.makespan - EPS
+    if not shorter and (candidate.makespan > old.makespan + EPS or _flow(candidate) >= _flow(old) - EPS):
         return None
     return candidate if check(candidate).ok else None

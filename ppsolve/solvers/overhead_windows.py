@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import random
 import time
-from types import ModuleType
 
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.schedule import Schedule, make_schedule
-from ppsolve.solvers.api import Phase, PhaseTask, SolveOptions
+from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
 from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.tolerance import slack
 
 WINDOW_OPS = 60  # compute ops of its device a window frees
-WINDOW_SECONDS = 1.0  # the most one window's search may take
 
 
 def overhead_key(schedule: Schedule) -> tuple[float, float]:
@@ -46,7 +45,7 @@ def _draw(inc: Incumbent, rng: random.Random) -> tuple[tuple[int, ...], float, f
 
 
 def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Budget, progress: Progress,
-                   backend: ModuleType, start: Schedule, limit: Limit) -> tuple[Schedule, int, int, bool]:
+                   backend: Backend, start: Schedule, limit: Limit) -> tuple[Schedule, int, int, bool]:
     """(best schedule, windows solved, windows that lowered the overhead, whether Ctrl-C ended it)
     until ``limit``."""
     rng = random.Random(options.seed)
@@ -63,9 +62,11 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
         if window is None or not window.choosable:
             spent += 0.05
             continue
-        det = WINDOW_SECONDS if deterministic else None
+        knobs = options.settings.lns  # as long as a window of the makespan's search
+        det = knobs.window_seconds if deterministic else None
+        guard = knobs.window_guard if deterministic else 1.0
         task = PhaseTask(problem, scaling, Phase.OVERHEAD, options, budget,
-                         Limit(min(limit.until, time.monotonic() + WINDOW_SECONDS * (3 if deterministic else 1)), det),
+                         Limit(min(limit.until, time.monotonic() + knobs.window_seconds * guard), det),
                          progress, window=window)
         try:
             answer = backend.run_phase(task)
@@ -83,7 +84,7 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
             trial = make_schedule(problem, compose(inc, [(window, answer.solutions[-1])]), start.method.name)
         except PpsolveError:
             continue
-        if (trial.makespan <= best.makespan + 1e-9 * max(1.0, best.makespan)
+        if (trial.makespan <= best.makespan + slack(best.makespan)
                 and overhead_key(trial) < overhead_key(best) and check(trial).ok):
             best, inc, better = Schedule(problem, start.method, trial.ops), Incumbent(trial), better + 1
             progress.update(scaling.overhead(scaling.time(best.recompute_time),

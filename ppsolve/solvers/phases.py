@@ -27,20 +27,19 @@ the foundation's bound is reported.
 
 from __future__ import annotations
 
-import importlib
 import time
-from types import ModuleType
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
-from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.errors import InfeasibleError, InputError, PpsolveError
 from ppsolve.limits import MAX_SCHEDULE_MAGNITUDE, check_seconds
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
-from ppsolve.solvers.api import (OBJECTIVES, NoSolutionError, Phase, PhaseAnswer, PhaseTask, SolveOptions,
-                                 SolveResult, Status, wait_for)
+from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, PhaseAnswer, PhaseTask,
+                                 SolveOptions, SolveResult, Status, wait_for)
+from ppsolve.solvers.backends import load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
@@ -48,32 +47,7 @@ from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
 from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
-
-# The backends, by name: the module that holds each one's ``run_phase`` and ``why_not``.
-BACKENDS = {
-    "cpsat": "ppsolve.solvers.cpsat.backend",
-    "milp": "ppsolve.solvers.milp.backend",
-}
-
-# Shares of the time limit (the warm start's is in budget.py); "keep" is what later phases need.
-SHARE_MAKESPAN = 0.8
-SHARE_MAKESPAN_BEFORE_OFFLOAD = 0.65
-SHARE_OFFLOAD = 0.15
-SHARE_MAKESPAN_BEFORE_MEMORY = 0.35
-SHARE_MEMORY = 0.45
-
-# Problem size, in the ops a model places (compute ops, and with offload the transfers it may add).
-# Above WHOLE_MODEL_OPS the makespan is improved by large-neighbourhood search alone (the whole
-# model is neither built nor searched); above LNS_AFTER_OPS, when the makespan phase has at least
-# LNS_MIN_SECONDS, the whole model gets WHOLE_SHARE of it and the search the rest (set by
-# measurement: docs/solver.md; a search of a few windows is no use).
-WHOLE_MODEL_OPS = 3000
-LNS_AFTER_OPS = 200
-LNS_MIN_SECONDS = 5.0
-WHOLE_SHARE = 0.3
-WHOLE_SHARES_FIRST = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares before any amount
-SHED_TRIES = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
-
+from ppsolve.tolerance import EPS, MODEL_EPS, slack
 
 def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
@@ -83,22 +57,6 @@ def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     if recompute and problem.can_recompute:
         n += problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.recompute_saving(s) > 0)
     return n
-
-
-def load_backend(name: str) -> ModuleType:
-    """The backend module named ``name``; a clear refusal when unknown or not installed."""
-    try:
-        module = importlib.import_module(BACKENDS[name])
-    except KeyError:
-        raise InputError("solver", f"must be one of {', '.join(BACKENDS)}, got {name!r}") from None
-    except ImportError as exc:  # e.g. OR-Tools after highspy was loaded (see ppsolve.solvers.milp)
-        clash = " (highspy was loaded into this process first; OR-Tools and highspy bundle incompatible " \
-                "HiGHS libraries)" if "Highs" in str(exc) else ""
-        raise NotApplicableError(f"solver {name} is not available: {exc}{clash}") from None
-    reason = module.why_not()
-    if reason is not None:
-        raise NotApplicableError(f"solver {name} is not available: {reason}")
-    return module
 
 
 def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | None:
@@ -113,7 +71,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
             schedule = make_schedule(problem, build(), name)
         except PpsolveError:
             continue
-        if check(schedule).ok and (best is None or schedule.makespan < best.makespan - 1e-9):
+        if check(schedule).ok and (best is None or schedule.makespan < best.makespan - EPS):
             best = schedule
     return best
 
@@ -121,7 +79,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
 class _Run:
     """The state of one solve: problem, options, budget, backend, progress, notes."""
 
-    def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: ModuleType):
+    def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: Backend):
         self.problem = problem
         self.options = options
         self.budget = budget
@@ -133,16 +91,17 @@ class _Run:
         self.use_offload = options.offload and problem.can_offload
         self.use_recompute = options.recompute and problem.can_recompute
         # the backend's proof holds for the contract's continuous offloaded amounts
-        self.amounts_exact = not self.use_offload or bool(getattr(backend, "CONTINUOUS_AMOUNTS", False))
+        self.amounts_exact = not self.use_offload or backend.CONTINUOUS_AMOUNTS
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
-        self.windows = bool(getattr(backend, "WINDOWS", False))  # the backend solves windows (LNS)
-        self.whole_model = not self.windows or self.ops <= WHOLE_MODEL_OPS
+        self.windows = backend.WINDOWS  # the backend solves windows (LNS)
+        self.knobs = options.settings.phases
+        self.whole_model = not self.windows or self.ops <= self.knobs.whole_model_ops
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
-        self.least_overhead: str | None = None  # the OVERHEAD phase's status, if it ran
+        self.least_overhead: Status | None = None  # the OVERHEAD phase's status, if it ran
         self.grid_optimal = False  # the makespan model proved its optimum on its grid of amounts only
 
     def user_time(self, x: float) -> float:
@@ -202,7 +161,7 @@ def _representable(schedule: Schedule, scaling: Scaling, offload: bool, recomput
     scaling, every time and offloaded amount on the model's grid, and only the levers it may use."""
     if not scaling.exact:
         return False
-    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= 1e-6  # noqa: E731
+    on_grid = lambda x, scale: abs(x * scale - round(x * scale)) <= MODEL_EPS  # noqa: E731
     for op in schedule.ops:
         if op.kind.is_transfer and (not offload or not on_grid(op.amount, scaling.memory_scale)):
             return False
@@ -292,7 +251,7 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
     sc, lb = run.scaling, run.lb
-    if warm is not None and warm.makespan <= lb + 1e-9 * max(1.0, lb):
+    if warm is not None and warm.makespan <= lb + slack(lb):
         run.progress.message(f"the warm start reaches the lower bound {lb:g}: no makespan search needed")
         return warm, lb, True
     upper = (sc.time(warm.makespan) if warm is not None
@@ -330,14 +289,15 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    if run.use_offload and getattr(run.backend, "WHOLE_SHARES", False):
+    if run.use_offload and run.backend.WHOLE_SHARES:
         # first with whole shares: a much smaller search that finds a good start for any amount
         _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
         limit = run.budget.search(share)
-        first = Limit(time.monotonic() + WHOLE_SHARES_FIRST * max(0.0, limit.until - time.monotonic()),
-                      None if limit.deterministic is None else WHOLE_SHARES_FIRST * limit.deterministic)
+        part = run.knobs.whole_shares_first
+        first = Limit(time.monotonic() + part * max(0.0, limit.until - time.monotonic()),
+                      None if limit.deterministic is None else part * limit.deterministic)
         answer = run.phase(Phase.OVERHEAD, first, best, makespan_cap=sc.time(best.makespan), whole_shares=True)
-        start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+        start, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + EPS)
         if start is not None and overhead_key(start) < overhead_key(best):
             best = start
     _overhead_progress(run, best, f"(at makespan {best.makespan:g})")
@@ -345,8 +305,8 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     status = answer.status
     if status is Status.OPTIMAL and not (run.amounts_exact and sc.exact):
         status = Status.FEASIBLE  # least on the model's grid of amounts only
-    run.least_overhead = status.value  # "optimal": no schedule at this makespan has less overhead
-    better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + 1e-9)
+    run.least_overhead = status  # OPTIMAL: no schedule at this makespan has less overhead
+    better, _ = run.best_of(answer, lambda s: s.makespan <= best.makespan + EPS)
     if better is not None and overhead_key(better) < overhead_key(best):
         return better
     return best
@@ -360,7 +320,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
                                                        run.backend, best, run.budget.search(share))
     run.interrupted = run.interrupted or stopped
     run.progress.end_phase()
-    run.least_overhead = Status.FEASIBLE.value
+    run.least_overhead = Status.FEASIBLE
     if better:
         run.notes.append(f"least overhead by windows: {better} of {windows} lowered it (recomputed {best.recomputed} "
                          f"-> {lowered.recomputed}, offloaded {best.offloaded:g} -> {lowered.offloaded:g})")
@@ -370,7 +330,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
 def _shed(run: _Run, best: Schedule) -> Schedule:
     """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
     if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
-        shed = shed_levers(best, max_tries=SHED_TRIES)
+        shed = shed_levers(best, max_tries=run.knobs.shed_tries)
     else:
         shed = shed_levers(best, until=time.monotonic() + max(0.0, run.budget.left()))
     if overhead_key(shed) >= overhead_key(best):
@@ -380,7 +340,7 @@ def _shed(run: _Run, best: Schedule) -> Schedule:
     return shed
 
 
-def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -> Schedule:
+def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
               "objective": o.objective, "warm_start": o.warm_start}
@@ -390,19 +350,20 @@ def _finish(run: _Run, schedule: Schedule, status: str, lower: float, **extra) -
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
     if run.least_overhead is not None:
-        extra["least_overhead"] = run.least_overhead
+        extra["least_overhead"] = run.least_overhead.value
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
                                    "tail_improved": run.lns.tail_improved}
-    info = MethodInfo(o.solver, params, status, round(lower, 9), run.budget.elapsed(), extra)
+    info = MethodInfo(o.solver, params, status.value, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 
 
 def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     """Find an optimal (or the best found) schedule; see the module docstring."""
     options = options or SolveOptions()
-    budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after)
+    budget = Budget(options.time_limit, options.deterministic, options.started, options.keep_after,
+                    options.settings.budget)
     if options.objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
     check_seconds(options.time_limit, "time-limit")
@@ -426,8 +387,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         if warm is None or options.objective == "memory":
             raise NoSolutionError("interrupted before any schedule was found") from None
         run.notes.append("interrupted outside the search; the warm start is the best so far")
-        final = _finish(run, warm, "feasible", run.lb, warm_start=warm.method.name)
-        return SolveResult(final, "feasible", final.method.lower_bound, final.gap or 0.0, final.method.seconds,
+        final = _finish(run, warm, Status.FEASIBLE, run.lb, warm_start=warm.method.name)
+        return SolveResult(final, Status.FEASIBLE, final.method.lower_bound, final.gap or 0.0, final.method.seconds,
                            True, True, warm, None, run.notes, run.abandoned)
     finally:
         run.progress.end_phase()
@@ -450,7 +411,7 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
     run.lns = result
     if result.by_clock:
         run.not_reproducible("the wall clock ended the large-neighbourhood search before its deterministic limit")
-    if result.best.makespan >= start.makespan - 1e-9:
+    if result.best.makespan >= start.makespan - EPS:
         return start
     run.notes.append(f"large-neighbourhood search: {result.improved} better schedules in {result.windows} windows "
                      f"({start.makespan:g} -> {result.best.makespan:g})")
@@ -460,14 +421,15 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
 def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     levers = run.use_offload or run.use_recompute
-    share = SHARE_MAKESPAN_BEFORE_OFFLOAD if levers else SHARE_MAKESPAN
-    keep = SHARE_OFFLOAD if levers and (run.whole_model or run.windows) else 0.0
+    knobs = run.knobs
+    share = knobs.share_makespan_before_offload if levers else knobs.share_makespan
+    keep = knobs.share_offload if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
         best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
     else:
-        lns_after = run.windows and run.ops > LNS_AFTER_OPS and share * options.time_limit >= LNS_MIN_SECONDS
-        whole = share * WHOLE_SHARE if lns_after else share
+        lns_after = run.windows and run.ops > knobs.lns_after_ops and share * options.time_limit >= knobs.lns_min_seconds
+        whole = share * knobs.whole_share if lns_after else share
         best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
@@ -480,28 +442,28 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         best = _large_neighbourhoods(run, best, keep, 0.0)
     if best is not None and best.uses_levers and not run.interrupted:
         if run.whole_model and run.lns is None:
-            best = _least_overhead(run, best, SHARE_OFFLOAD)
+            best = _least_overhead(run, best, knobs.share_offload)
         elif run.windows:  # too large for the whole model to lower it (the search ran on windows)
-            best = _overhead_by_windows(run, best, SHARE_OFFLOAD)
+            best = _overhead_by_windows(run, best, knobs.share_offload)
     if best is not None and best.uses_levers and not run.interrupted \
-            and run.least_overhead != "optimal":
+            and run.least_overhead is not Status.OPTIMAL:
         best = _shed(run, best)
     from_warm = best is not None and best is warm
-    if warm is not None and (best is None or warm.makespan < best.makespan - 1e-9):
+    if warm is not None and (best is None or warm.makespan < best.makespan - EPS):
         best, from_warm = warm, True
         run.notes.append(f"the warm start ({warm.method.name}) is better than any model solution found")
     if best is None:
         if run.interrupted:
             raise NoSolutionError("interrupted before any schedule was found")
         raise NoSolutionError(f"no schedule found within the time limit ({options.time_limit:g} s)")
-    if best.makespan < lb - 1e-9 * max(1.0, lb):  # a valid schedule below a "lower bound": the bound is wrong
+    if best.makespan < lb - slack(lb):  # a valid schedule below a "lower bound": the bound is wrong
         run.notes.append(f"the analytic lower bound ({lb:g}) exceeds this valid schedule's makespan: it does not "
                          "hold for this problem (a bug, please report it); no bound and no optimality is claimed")
         lower, proven, lb = 0.0, False, 0.0
-    status = "optimal" if best.makespan <= lower + 1e-9 * max(1.0, lower) else "feasible"
-    if status == "optimal" and not proven and best.makespan > lb + 1e-9:
-        status = "feasible"
-    if status == "feasible" and run.grid_optimal and best.makespan <= (run.model_bound or 0) + 1e-9:
+    status = Status.OPTIMAL if best.makespan <= lower + slack(lower) else Status.FEASIBLE
+    if status is Status.OPTIMAL and not proven and best.makespan > lb + EPS:
+        status = Status.FEASIBLE
+    if status is Status.FEASIBLE and run.grid_optimal and best.makespan <= (run.model_bound or 0) + EPS:
         run.notes.append(f"optimal among schedules that offload multiples of {1 / run.scaling.memory_scale:g} "
                          "memory units; a finer amount might be faster, so the bound is the analytic one")
     final = _finish(run, best, status, lower, model_makespan_bound=run.model_bound,
@@ -517,20 +479,20 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     known = [warm] if warm is not None else []
     needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
     if needs_best:
-        best, _, _ = _minimise_makespan(run, warm, SHARE_MAKESPAN_BEFORE_MEMORY, SHARE_MEMORY)
+        best, _, _ = _minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
         known += [best] if best is not None else []
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)
     # a cap beyond the trivial horizon (every op one after another) constrains nothing
-    H = None if cap_time is None else min(int(cap_time * sc.time_scale + 1e-6), trivial_horizon(run.problem, sc))
-    fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + 1e-9]
+    H = None if cap_time is None else min(int(cap_time * sc.time_scale + MODEL_EPS), trivial_horizon(run.problem, sc))
+    fitting = [s for s in known if cap_time is None or s.makespan <= cap_time + EPS]
     start = min(fitting, key=lambda s: (max(s.peak_memory), sum(s.peak_memory)), default=None)
     run.progress.phase("least memory", "peak", run.user_memory,
                        incumbent=max(start.peak_memory) if start else None,
                        at="" if cap_time is None else f"(makespan <= {cap_time:g})")
-    share = SHARE_MEMORY if needs_best else SHARE_MAKESPAN
+    share = run.knobs.share_memory if needs_best else run.knobs.share_makespan
     answer = run.phase(Phase.MEMORY, run.budget.search(share), start, makespan_cap=H)
-    best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + 1e-9)
+    best, _ = run.best_of(answer, lambda s: cap_time is None or s.makespan <= cap_time + EPS)
     for s in fitting:
         if best is None or (max(s.peak_memory), sum(s.peak_memory)) < (max(best.peak_memory), sum(best.peak_memory)):
             best = s
@@ -541,8 +503,8 @@ def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
     exact = sc.exact and run.amounts_exact  # a grid of amounts proves nothing about finer ones
     mem_lower = run.user_memory(answer.bound) if answer.bound is not None and exact else None
     proven = answer.status is Status.OPTIMAL and exact
-    status = "optimal" if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + 1e-9 \
-        else "feasible"
+    status = Status.OPTIMAL if proven and mem_lower is not None and max(best.peak_memory) <= mem_lower + EPS \
+        else Status.FEASIBLE
     final = _finish(run, best, status, lb, memory_lower_bound=mem_lower)
     return SolveResult(final, status, lb, final.gap or 0.0, final.method.seconds, run.interrupted,
                        False, warm, None, run.notes, run.abandoned)

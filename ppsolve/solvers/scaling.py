@@ -28,6 +28,7 @@ from typing import Iterable
 
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import MODEL_EPS, slack
 
 MAX_DENOMINATOR = 10**6
 MAX_SCALE = 10**6
@@ -37,7 +38,7 @@ INEXACT_TARGET = 10**5
 
 def _fraction(x: float) -> Fraction | None:
     f = Fraction(x).limit_denominator(MAX_DENOMINATOR)
-    return f if abs(float(f) - x) <= 1e-9 * max(1.0, abs(x)) else None
+    return f if abs(float(f) - x) <= slack(abs(x)) else None
 
 
 def _scale_for(values: Iterable[float]) -> tuple[int, bool]:
@@ -81,14 +82,14 @@ class Scaling:
         """The OVERHEAD phase's one objective: recompute time first, then the offloaded amount."""
         return self.overhead_weight * recompute + offloaded
 
-    def time(self, x: float, up: bool = True, tolerance: float = 1e-6) -> int:
+    def time(self, x: float, up: bool = True, tolerance: float = MODEL_EPS) -> int:
         """A time of the problem in model units (rounded up, or down, when more than ``tolerance``
         from an integer)."""
         return _rounded(x * self.time_scale, up, tolerance)
 
     def memory(self, x: float, up: bool = True) -> int:
         """A memory figure in model units (rounded up, or down, when inexact)."""
-        return _rounded(x * self.memory_scale, up, 1e-6)
+        return _rounded(x * self.memory_scale, up, MODEL_EPS)
 
     def to_time(self, t: int) -> float:
         return t / self.time_scale
@@ -116,10 +117,10 @@ def build_scaling(problem: Problem) -> Scaling:
     mscale, mexact = _scale_for(memory)
 
     def up(x: float, scale: int) -> int:
-        return _rounded(x * scale, True, 1e-6)
+        return _rounded(x * scale, True, MODEL_EPS)
 
     def down(x: float, scale: int) -> int:
-        return _rounded(x * scale, False, 1e-6)
+        return _rounded(x * scale, False, MODEL_EPS)
 
     duration: dict = {}
     for s in range(S):

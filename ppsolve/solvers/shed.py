@@ -22,6 +22,7 @@ from ppsolve.memory import memory_curves
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
+from ppsolve.tolerance import slack
 
 
 def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
@@ -64,7 +65,7 @@ def trim_amounts(problem, ops: list, until: float | None = None, max_tries: int 
         curve = memory_curves(problem, [op for op in ops if op.device == off.device])[off.device]
         spare = min(_room(curve, ops[i].end, rel.start, cap), ops[i].amount)
         amount = ops[i].amount - spare
-        if spare <= 1e-9 * max(1.0, cap) or amount <= 1e-9 * max(1.0, ops[i].amount):
+        if spare <= slack(cap) or amount <= slack(ops[i].amount):
             continue
         ops[i] = ops[i]._replace(end=ops[i].start + problem.duration(OpKind.OFFLOAD, off.stage, amount), amount=amount)
         ops[k] = rel._replace(end=rel.start + problem.duration(OpKind.RELOAD, off.stage, amount), amount=amount)
@@ -89,6 +90,6 @@ def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int |
         return schedule
     for build in (lambda: retime(problem, ops), lambda: ops):
         shed = make_schedule(problem, build(), schedule.method.name)
-        if shed.makespan <= schedule.makespan + 1e-9 * max(1.0, schedule.makespan) and check(shed).ok:
+        if shed.makespan <= schedule.makespan + slack(schedule.makespan) and check(shed).ok:
             return Schedule(problem, schedule.method, shed.ops)
     return schedule

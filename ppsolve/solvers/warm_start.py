@@ -4,9 +4,8 @@ A warm start must pass the checker and respect the capacity; among those the
 shortest wins. Candidates are tried one after another (the baselines, then our
 plans, serial first) until a deadline, and the rest are skipped: a warm start
 that cannot finish in its share of the time is cut short (once one exists).
-Baselines come from the method registry (family "baseline"),
-so this works whether or not any baseline is installed; plans of our own are
-always tried as well:
+Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their orders made by
+:mod:`ppsolve.baselines.plans`) are always tried as well:
 
 * serial: microbatches one after another (F down the stages, B and W back),
   valid for every placement; one microbatch in flight, so its peak is the
@@ -22,7 +21,7 @@ always tried as well:
   a k above what fits, each offloading on the devices over the cap.
 * with recompute (contract version 3): 1F1B (W right after B, or deferred), every
   published order that applies, built without the cap, 1F1B limited to k in flight for
-  k above what fits (at most ``RECOMPUTE_KS`` of them), and the list scheduler's orders
+  k above what fits (at most ``plans.RECOMPUTE_KS`` of them), and the list scheduler's orders
   made without a cap, each recomputing on every device over its cap just enough
   microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
   recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
@@ -38,234 +37,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import fields
-from typing import Callable, Iterator
+from typing import Callable
 
-from ppsolve.baselines.common import with_w_after_b
-from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.portfolio import applicable_baselines, built_baselines
-from ppsolve.baselines.recompute import PREFER, fit_by_recompute
+from ppsolve import baselines
+from ppsolve.baselines.plans import own_plans
+from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
-from ppsolve.methods import RunOptions, all_methods, get_method
-from ppsolve.ops import Op, OpKind
+from ppsolve.method_types import RunOptions
+from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
-
-
-def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
-    """Each device's share of one global order that runs microbatches one at a time."""
-    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
-    S = problem.num_stages
-    for j in range(problem.microbatches):
-        for s in range(S):
-            device = problem.placement[s]
-            orders[device].append(Op(OpKind.F, s, j))
-            if offload and problem.max_offload(s) > 0:
-                orders[device].append(Op(OpKind.OFFLOAD, s, j))
-        for s in reversed(range(S)):
-            device = problem.placement[s]
-            if offload and problem.max_offload(s) > 0:
-                orders[device].append(Op(OpKind.RELOAD, s, j))
-            orders[device].append(Op(OpKind.B, s, j))
-            if problem.split_backward:
-                orders[device].append(Op(OpKind.W, s, j))
-    return orders
-
-
-def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list[list[Op]]:
-    """1F1B on a linear placement with at most ``k`` microbatches in flight per device.
-
-    With ``defer_w`` (split backward) the W of a microbatch runs after the next F instead of
-    right after its B (steady state F, W, B), which leaves room to reload before the B.
-    """
-    d, m = problem.devices, problem.microbatches
-    defer_w = defer_w and problem.split_backward
-    orders = []
-    for i in range(d):
-        warm = min(max(1, min(k, d - i)) - 1, m)
-        order = [Op(OpKind.F, i, j) for j in range(warm)]
-        nxt = warm
-        for j in range(m):
-            if nxt < m:
-                order.append(Op(OpKind.F, i, nxt))
-                nxt += 1
-            if defer_w and j > 0:
-                order.append(Op(OpKind.W, i, j - 1))
-            order.append(Op(OpKind.B, i, j))
-            if problem.split_backward and not defer_w:
-                order.append(Op(OpKind.W, i, j))
-        if defer_w:
-            order.append(Op(OpKind.W, i, m - 1))
-        orders.append(order)
-    return orders
-
-
-def fitting_k(problem: Problem) -> int:
-    """The most microbatches in flight (1F1B limited to k, linear placement) whose activations fit
-    every capacity without offload: device i holds min(k, d - i) of them (weight holds aside)."""
-    d = problem.devices
-    for k in range(d, 1, -1):
-        if all(c is None or min(k, d - i) * problem.activation[i] <= c + 1e-12
-               for i, c in enumerate(problem.capacity)):
-            return k
-    return 1
-
-
-def list_plan(problem: Problem, order: str = "BFW", late_first: bool = False) -> list[list[Op]]:
-    """The list scheduler's orders (:mod:`ppsolve.baselines.listsched`) within the capacity, without
-    offload, preferring kinds in ``order`` (and, with ``late_first``, a held microbatch's later stages)."""
-    orders, _, _ = list_orders(problem, ListPolicy(limit=tuple(problem.capacity), order=order,
-                                                   late_first=late_first))
-    return orders
-
-
-def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: set[int]) -> list[list[Op]]:
-    """``orders`` with every activation of ``devices`` offloaded right after its F and reloaded
-    up to ``lead`` compute ops before its B (lead 0: just before the B), never before an F (whose
-    allocation would meet the reload's)."""
-    out = []
-    for device, order in enumerate(orders):
-        if device not in devices:
-            out.append(list(order))
-            continue
-        compute = [op for op in order if op.kind.is_compute]
-        reload_before: dict[int, list[Op]] = {}
-        for index, op in enumerate(compute):
-            if op.kind is OpKind.B and problem.max_offload(op.stage) > 0:
-                at = index
-                moved = 0
-                while moved < lead and at > 0 and compute[at - 1].kind is not OpKind.F:
-                    at -= 1
-                    moved += 1
-                reload_before.setdefault(at, []).append(Op(OpKind.RELOAD, op.stage, op.microbatch))
-        new = []
-        for index, op in enumerate(compute):
-            new += reload_before.get(index, [])
-            new.append(op)
-            if op.kind is OpKind.F and problem.max_offload(op.stage) > 0:
-                new.append(Op(OpKind.OFFLOAD, op.stage, op.microbatch))
-        out.append(new)
-    return out
-
-
-def _offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
-    """Plans that fit the cap only with offload, on the devices whose plan exceeds the cap:
-    greedy orders made as if memory were unbounded, and (linear) 1F1B limited to k in flight."""
-    if not problem.can_offload:
-        return []
-    plans = []
-    free = problem.replace(capacity=None)
-    all_devices = {d for d in range(problem.devices) if problem.capacity[d] is not None}
-    for prefer in ("BFW", "FBW"):
-        try:
-            base = list_plan(free, prefer, problem.chunks > 1)
-        except PpsolveError:
-            continue
-        for lead in (0, 1, 2):
-            plans.append((f"greedy-{prefer}-nocap+offload-lead{lead}", with_offload(problem, base, lead, all_devices)))
-    if problem.placement_name != "linear":
-        return plans
-    fit = fitting_k(problem)
-    for k in sorted({problem.devices, (problem.devices + fit) // 2, fit + 1}, reverse=True):
-        if k <= fit or k < 2:
-            continue
-        over = {d for d in range(problem.devices)
-                if problem.capacity[d] is not None
-                and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
-        if not over:
-            continue
-        for defer in ((False, True) if problem.split_backward else (False,)):
-            base = limited_1f1b_orders(problem, k, defer)
-            for lead in (0, 1, 2):
-                name = f"1f1b-k{k}{'-deferw' if defer else ''}+offload-lead{lead}"
-                plans.append((name, with_offload(problem, base, lead, over)))
-    return plans
-
-
-# 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
-RECOMPUTE_KS = 8
-
-
-def spread(values, count: int) -> list:
-    """At most ``count`` of ``values``, evenly spaced, the first and the last included, in their order."""
-    values = list(values)
-    if len(values) <= count:
-        return values
-    return [values[i] for i in sorted({round(i * (len(values) - 1) / (count - 1)) for i in range(count)})]
-
-
-def schedule_orders(schedule: Schedule) -> list[list[Op]]:
-    """Each device's ops of ``schedule`` in the order they start."""
-    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
-    for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
-        orders[op.device].append(op.op)
-    return orders
-
-
-def w_right_after_b(problem: Problem, orders: list[list[Op]]) -> list[list[Op]]:
-    """``orders`` with each W moved right after its B (split backward)."""
-    return [with_w_after_b(problem, [op for op in order if op.kind is not OpKind.W]) for order in orders]
-
-
-def _published_orders(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
-    """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
-    built ignoring the cap, where the result breaks it and moves nothing to host."""
-    options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
-    for schedule in built_baselines(problem, options):
-        if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
-            yield schedule.method.name, schedule_orders(schedule)
-
-
-def _recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-    """Plans that fit the cap by recomputing, made without offload (see the module docstring)."""
-    if not problem.can_recompute or all(c is None for c in problem.capacity):
-        return
-    base = problem.replace(offload=None)
-
-    def fitted(make) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-        for prefer in PREFER:
-            yield f"-{prefer}", lambda prefer=prefer: fit_by_recompute(base, make(), prefer=prefer)[0]
-
-    ks = spread(range(problem.devices, fitting_k(base), -1), RECOMPUTE_KS) if problem.placement_name == "linear" else []
-
-    def onef1b(some_ks):
-        for k in some_ks:
-            for defer in ((False, True) if problem.split_backward else (False,)):
-                for how, make in fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)):
-                    yield f"1f1b-k{k}{'-deferw' if defer else ''}+recompute{how}", make
-
-    yield from onef1b(ks[:1])
-    for name, orders in _published_orders(base.replace(recompute=None)):
-        for how, make in fitted(lambda orders=orders: orders):
-            yield f"{name}+recompute{how}", make
-        if problem.split_backward:  # what a W waits to run cannot be recomputed away: W right after B
-            for how, make in fitted(lambda orders=orders: w_right_after_b(base, orders)):
-                yield f"{name}-w-after-b+recompute{how}", make
-    yield from onef1b(ks[1:])
-    free = base.replace(capacity=None)
-    for kinds in ("BFW", "FBW"):
-        for how, make in fitted(lambda kinds=kinds: list_plan(free, kinds, problem.chunks > 1)):
-            yield f"greedy-{kinds}-nocap+recompute{how}", make
-
-
-def _own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
-    yield "serial", lambda: serial_orders(problem)
-    for prefer in ("BFW", "FBW", "BWF"):
-        for late in ((False, True) if problem.chunks > 1 else (False,)):
-            yield (f"greedy-{prefer}{'-late' if late else ''}",
-                   lambda prefer=prefer, late=late: list_plan(problem, prefer, late))
-    if problem.can_offload:
-        yield "serial+offload", lambda: serial_orders(problem, offload=True)
-    if problem.placement_name == "linear":
-        fit = fitting_k(problem)
-        for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
-            if k >= 2:
-                yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
-    yield from _recompute_plans(problem)
-    for name, orders in _offload_plans(problem):
-        yield name, lambda orders=orders: orders
+from ppsolve.tolerance import EPS
 
 
 def acceptable(schedule: Schedule) -> bool:
@@ -289,7 +73,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
         return len(out) > kept or not at_least_one
 
-    for name, make in _own_plans(problem):
+    for name, make in own_plans(problem):
         if may_skip() and until():
             break
         try:
@@ -306,7 +90,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                 ops = simulate(problem, orders, waits=plan_waits)
             except PpsolveError:
                 continue
-            if may_skip() and max(op.end for op in ops) > beat + 1e-9:
+            if may_skip() and max(op.end for op in ops) > beat + EPS:
                 continue
             schedule = make_schedule(problem, ops, f"warm:{label}")
             if acceptable(schedule):
@@ -318,21 +102,21 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
 def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None,
                          until: Callable[[], bool] = lambda: False,
                          out: list[Schedule] | None = None) -> list[Schedule]:
-    """Schedules of the registered baselines that apply ('auto', one at a time until ``until()``),
-    or of one named method, appended to ``out`` as they are found."""
+    """Schedules of the baselines that apply ('auto', one at a time until ``until()``),
+    or of one named baseline, appended to ``out`` as they are found."""
     out = [] if out is None else out
     if choice == "none":
         return out
     options = RunOptions(time_limit=time_limit, threads=1, seed=0, quiet=True, warm_start="none")
     if choice == "auto":
-        for method in all_methods("baseline"):
+        for method in baselines.METHODS:
             if method.why_not(problem) is not None:
                 continue
             if until():
                 break
             out += [s for s in applicable_baselines(problem, options, [method.name]) if acceptable(s)]
         return out
-    method = get_method(choice)
+    method = baselines.get_baseline(choice)
     reason = method.why_not(problem)
     if reason is not None:
         raise PpsolveError(f"warm start {method.name} does not apply: {reason}")

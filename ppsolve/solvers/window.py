@@ -36,6 +36,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime, simulate
+from ppsolve.tolerance import slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 _ALL_KINDS = (_F, _B, _W, _R, _OFF, _REL)
@@ -120,7 +121,7 @@ class Incumbent:
         self.before = dependency_table(p, _ALL_KINDS)
         self.tail = self._tails(by_start)
         self.critical_ops = [op for ops in self.compute for op in ops
-                             if op.start + self.tail[op.op] >= self.makespan - 1e-9 * max(1.0, self.makespan)]
+                             if op.start + self.tail[op.op] >= self.makespan - slack(self.makespan)]
         spans: list[list[tuple[float, float, Key]]] = [[] for _ in range(p.devices)]
         last = _W if p.split_backward else _B  # the op that releases the last of an activation
         for op in schedule.ops:
@@ -147,7 +148,7 @@ class Incumbent:
         when first asked for."""
         previous_end = {b.op: a.end for ops in self.compute for a, b in zip(ops, ops[1:])}
         return [op for op in self.critical_ops
-                if op.start - previous_end.get(op.op, 0.0) > 1e-9 * max(1.0, self.makespan)]
+                if op.start - previous_end.get(op.op, 0.0) > slack(self.makespan)]
 
     @cached_property
     def _wait_starts(self) -> list[list[float]]:

@@ -15,17 +15,14 @@ import shlex
 from dataclasses import dataclass, field
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity
-from ppsolve.errors import InfeasibleError, PpsolveError
-from ppsolve.methods import Method, RunOptions, all_methods
+from ppsolve.methods import INFEASIBLE, Method, RunOptions, published_methods, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
-
-UNPUBLISHED = ("greedy",)
-"""Baselines that are ppsolve's own heuristics, not schedules from a paper; left out of the comparison."""
+from ppsolve.solvers.api import Status
+from ppsolve.tolerance import EPS
 
 SHOWN_REFUSALS = 3
 """Refused published schedules named in the text summary (the fastest ones; --json lists all)."""
-_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,7 @@ class Advice:
         if self.best is None:
             out.append("published schedules: none fits the memory cap")
         else:
-            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < 1e-9
+            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < EPS
                       else f"{self.speedup:.1%} faster than")
             out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
                        f"(this solve is {faster} it)")
@@ -113,18 +110,13 @@ class Advice:
         return out
 
 
-def _published() -> list[Method]:
-    return [m for m in all_methods("baseline") if m.name not in UNPUBLISHED]
-
-
 def _refusal(method: Method, problem: Problem) -> Refusal | None:
     """What ``method`` needs beyond the caps: rebuilt ignoring them, the device it exceeds most."""
-    try:
-        schedule = method.build(problem, RunOptions(ignore_capacity=True))
-    except PpsolveError:
+    schedule = run_and_check(method, problem, RunOptions(ignore_capacity=True), checked=False).schedule
+    if schedule is None:
         return None
     over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
-            if cap is not None and peak > cap + _TOL]
+            if cap is not None and peak > cap + EPS]
     if not over:
         return None
     _, device, peak, cap = max(over)
@@ -135,32 +127,27 @@ def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
     """The fastest published schedule within the caps, and those the caps refuse (with their needs)."""
     fits: list[Fit] = []
     refused: list[Refusal] = []
-    for method in _published():
-        if method.why_not(problem) is not None:
-            continue
-        try:
-            schedule = method.build(problem, RunOptions())
-        except InfeasibleError:
+    for method in published_methods():
+        outcome = run_and_check(method, problem, RunOptions(), checked=False)
+        if outcome.status == INFEASIBLE:
             refusal = _refusal(method, problem)
             if refusal is not None:
                 refused.append(refusal)
-            continue
-        except PpsolveError:  # a method that turns this problem down after all: not a comparison
-            continue
-        fits.append(Fit(method.name, schedule.makespan, max(schedule.peak_memory)))
+        elif outcome.schedule is not None:  # else a method that turns this problem down: not a comparison
+            fits.append(Fit(method.name, outcome.schedule.makespan, max(outcome.schedule.peak_memory)))
     best = min(fits, key=lambda f: (f.makespan, f.peak), default=None)
     return best, sorted(refused, key=lambda r: r.makespan)
 
 
-def explain_gap(schedule: Schedule, status: str, lower_bound: float, problem_path: str | None = None) -> str:
+def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_path: str | None = None) -> str:
     """Whether the distance to the analytic bound is the bound's (schedule proven optimal) or still open;
     an open gap on a capped problem the split bound applies to names its command (``problem_path``)."""
     analytic = makespan_lower_bound(schedule.problem).value
     span = schedule.makespan
-    if span <= analytic * (1 + _TOL) + _TOL:
+    if span <= analytic * (1 + EPS) + EPS:
         return f"none: the makespan equals the analytic lower bound ({analytic:g})"
     share = (span - analytic) / span
-    if status == "optimal":
+    if status == Status.OPTIMAL:
         return (f"the bound's: CP-SAT proved {span:g} optimal; the analytic bound ({analytic:g}) is "
                 f"{share:.1%} below it")
     open_share = (span - lower_bound) / span if span > 0 else 0.0
@@ -186,7 +173,7 @@ def _in_flight(problem: Problem, stage: int) -> str:
     device = problem.placement[stage]
     cap = problem.capacity[device]
     act = problem.activation[stage]
-    held = int(cap / act + _TOL)
+    held = int(cap / act + EPS)
     return (f"the cap ({cap:g}) holds {held} whole activation{'' if held == 1 else 's'} of stage {stage} "
             f"on device {device} at once")
 
@@ -232,7 +219,7 @@ def explain_offload(schedule: Schedule) -> str:
         return "not used: memory is unbounded, so moving activations to host cannot make it faster"
     if schedule.offloaded > 0:
         no_off = min_capacity(problem, offload=False)
-        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + _TOL]
+        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + EPS]
         if short and not problem.can_recompute:
             return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
                     f"(device {short[0]} needs {no_off[short[0]]:g})")
@@ -262,16 +249,13 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
     free = schedule.problem.replace(capacity=None)
     bound = makespan_lower_bound(free).value
     reach: list[tuple[float, str]] = []
-    if schedule.makespan <= bound * (1 + _TOL) + _TOL:
+    if schedule.makespan <= bound * (1 + EPS) + EPS:
         reach.append((max(schedule.peak_memory), "this solve"))
-    for method in _published():
-        if method.why_not(free) is not None:
+    for method in published_methods():
+        built = run_and_check(method, free, RunOptions(), checked=False).schedule
+        if built is None:
             continue
-        try:
-            built = method.build(free, RunOptions())
-        except PpsolveError:
-            continue
-        if built.makespan <= bound * (1 + _TOL) + _TOL:
+        if built.makespan <= bound * (1 + EPS) + EPS:
             reach.append((max(built.peak_memory), method.name))
     command = (f"ppsolve solve {shlex.quote(problem_path)} --ignore-capacity --objective memory "
                "--makespan-limit 1x --time-limit 300 -o least-cap.json")
@@ -279,10 +263,10 @@ def least_cap(schedule: Schedule, problem_path: str) -> tuple[float | None, floa
         return None, None, None, command
     cap, name = min(reach)
     floor = max(min_capacity(free, offload=free.can_offload))
-    return bound, cap, name, None if cap <= floor + _TOL else command
+    return bound, cap, name, None if cap <= floor + EPS else command
 
 
-def advise(problem_path: str, schedule: Schedule, status: str, lower_bound: float) -> Advice:
+def advise(problem_path: str, schedule: Schedule, status: Status, lower_bound: float) -> Advice:
     """The summary of a solve of the problem read from ``problem_path`` that produced ``schedule``.
 
     The comparison uses the problem as solved (``schedule.problem``: without caps under --ignore-capacity).

@@ -12,20 +12,19 @@ from __future__ import annotations
 import csv
 import io
 import math
-import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity
-from ppsolve.checker import check
-from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.errors import InputError, NotApplicableError
 from ppsolve.jsonio import write_text_atomic
-from ppsolve.methods import Method, RunOptions, all_methods, get_method
+from ppsolve.methods import ERROR, INFEASIBLE, SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem, load_problem
+from ppsolve.tolerance import EPS
 
-# Statuses a row can have besides a method's own ("optimal", "feasible", "heuristic").
-SKIPPED, INFEASIBLE, ERROR = "skipped", "infeasible", "error"
+# Statuses a row can have besides a method's own ("optimal", "feasible", "heuristic"): SKIPPED,
+# INFEASIBLE, ERROR (ppsolve.methods).
 
 
 @dataclass
@@ -130,41 +129,17 @@ def select_methods(spec: str) -> list[Method]:
 
 def run_one(problem: Problem, method: Method, options: RunOptions) -> tuple[BenchRow, object | None]:
     """Run one method on one problem and check its schedule; never raises a PpsolveError."""
-    row = BenchRow(problem="", method=method.name, family=method.family, status=SKIPPED)
-    reason = method.why_not(problem)
-    if reason is not None:
-        row.note = reason
-        return row, None
-    began = time.perf_counter()
-    try:
-        schedule = method.build(problem, options)
-    except NotApplicableError as exc:
-        row.note = str(exc)
-        return row, None
-    except InfeasibleError as exc:
-        row.status, row.note = INFEASIBLE, str(exc)
-        row.seconds = time.perf_counter() - began
-        return row, None
-    except PpsolveError as exc:
-        row.status, row.note = ERROR, str(exc)
-        row.seconds = time.perf_counter() - began
-        return row, None
-    except Exception as exc:  # a bug in one method must not stop the benchmark; it is recorded
-        row.status, row.note = ERROR, f"{type(exc).__name__}: {exc}"
-        row.seconds = time.perf_counter() - began
-        return row, None
-    row.seconds = time.perf_counter() - began
-    report = check(schedule)
-    row.status = schedule.method.status
-    row.makespan = schedule.makespan
-    row.bubble_ratio = schedule.bubble_ratio
-    row.peak_memory = max(schedule.peak_memory, default=0.0)
-    row.offloaded = schedule.offloaded
-    row.valid = report.ok
-    row.method_bound = None if schedule.method.lower_bound is None else float(schedule.method.lower_bound)
-    if not report.ok:
-        first = report.violations[0] if report.violations else None
-        row.note = f"checker: {len(report.violations)} violation(s)" + (f", first: {first.message}" if first else "")
+    outcome = run_and_check(method, problem, options, record_bugs=True)
+    row = BenchRow(problem="", method=method.name, family=method.family, status=outcome.status,
+                   seconds=outcome.seconds, note=outcome.note)
+    schedule = outcome.schedule
+    if schedule is not None:
+        row.makespan = schedule.makespan
+        row.bubble_ratio = schedule.bubble_ratio
+        row.peak_memory = max(schedule.peak_memory, default=0.0)
+        row.offloaded = schedule.offloaded
+        row.valid = outcome.valid
+        row.method_bound = None if schedule.method.lower_bound is None else float(schedule.method.lower_bound)
     return row, schedule
 
 
@@ -306,7 +281,7 @@ def summary_rows(rows: Sequence[BenchRow]) -> list[dict]:
             "valid": len(ok), "skipped": sum(r.status == SKIPPED for r in mine),
             "over_cap": sum(r.status == INFEASIBLE for r in mine),
             "failed": sum(r.status == ERROR or r.valid is False for r in mine),
-            "geomean_ratio": geo, "best": sum(1 for r in ok if r.makespan <= best[r.problem] + 1e-9),
+            "geomean_ratio": geo, "best": sum(1 for r in ok if r.makespan <= best[r.problem] + EPS),
             "worst_ratio": max((r.ratio for r in ok), default=None),
         })
     return out

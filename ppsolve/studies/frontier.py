@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import csv
 import io
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ppsolve.bounds import min_capacity
-from ppsolve.checker import check
-from ppsolve.errors import InfeasibleError, InputError, NotApplicableError, PpsolveError
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.jsonio import write_text_atomic
-from ppsolve.methods import Method, RunOptions, all_methods, get_method
+from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
+from ppsolve.tolerance import EPS
 
 SOLVER = "cpsat"
 DEFAULT_POINTS = 7
@@ -131,7 +130,7 @@ def _sorted_caps(caps: Sequence[float | None]) -> list[float | None]:
 
 def auto_capacities(low: float, high: float, points: int = DEFAULT_POINTS) -> list[float | None]:
     """``points`` capacities evenly from ``low`` (least feasible) to ``high``, then unbounded."""
-    if high <= low * (1 + 1e-9) or points < 2:
+    if high <= low * (1 + EPS) or points < 2:
         return [low, None]
     step = (high - low) / (points - 1)
     caps = [low + i * step for i in range(points)]
@@ -139,34 +138,16 @@ def auto_capacities(low: float, high: float, points: int = DEFAULT_POINTS) -> li
 
 
 def _run(solver: Method, problem: Problem, options: RunOptions) -> tuple[FrontierPoint, object | None]:
-    point = FrontierPoint(curve="", method=solver.name, capacity=None, status="")
-    reason = solver.why_not(problem)
-    if reason is not None:
-        point.status, point.note = "skipped", reason
-        return point, None
-    began = time.perf_counter()
-    try:
-        schedule = solver.build(problem, options)
-    except InfeasibleError as exc:
-        point.status, point.note = "infeasible", str(exc)
-        schedule = None
-    except PpsolveError as exc:
-        point.status, point.note = "error", str(exc)
-        schedule = None
-    except Exception as exc:  # one failing method must not lose the whole sweep; it is recorded
-        point.status, point.note = "error", f"{type(exc).__name__}: {exc}"
-        schedule = None
-    point.seconds = time.perf_counter() - began
+    outcome = run_and_check(solver, problem, options, record_bugs=True)
+    point = FrontierPoint(curve="", method=solver.name, capacity=None, status=outcome.status,
+                          seconds=outcome.seconds or 0.0, note=outcome.note, valid=outcome.valid)
+    schedule = outcome.schedule
     if schedule is not None:
-        report = check(schedule)
-        point.status = schedule.method.status
         point.makespan = schedule.makespan
         point.peak_memory = max(schedule.peak_memory, default=0.0)
         point.lower_bound = None if schedule.method.lower_bound is None else float(schedule.method.lower_bound)
-        point.valid = report.ok
-        if not report.ok:
-            point.note = f"checker: {len(report.violations)} violation(s)"
     return point, schedule
+
 
 
 def sweep(problem: Problem, solver: Method, capacities: Sequence[float | None], options: RunOptions,
@@ -206,7 +187,7 @@ def baseline_points(problem: Problem, options: RunOptions, exclude: str) -> list
         if method.family == "solver" or method.name.lower() == exclude.lower():
             continue
         point, _ = _run(method, free, options)
-        if point.status == "skipped":
+        if point.status == SKIPPED:
             continue
         point.curve, point.capacity = "baseline", None
         points.append(point)
@@ -241,7 +222,7 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
         if unbounded.makespan is None:
             raise PpsolveError(f"the solver found no schedule without a memory cap: {unbounded.note}")
         capacities = auto_capacities(low, max(unbounded.peak_memory, low), points)
-    below = [c for c in capacities if c is not None and c < low - 1e-9]
+    below = [c for c in capacities if c is not None and c < low - EPS]
     if below:
         levers = curve_name(problem)
         raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "

@@ -228,3 +228,15 @@ def test_sequence_bound_is_left_out_when_the_problem_may_offload():
     problem = make_problem(devices=2, microbatches=4, memory_capacity=2,
                            offload={"fraction": 1, "bandwidth": {"d2h": 2, "h2d": 2}})
     assert makespan_lower_bound(problem).sequence_bounds == (0.0, 0.0)
+
+
+def test_memory_lags_divide_model_units_exactly_and_other_numbers_with_a_tolerance():
+    from ppsolve.memory import memory_lags
+    from ppsolve.ops import OpKind
+
+    assert memory_lags(4, 1, 0) == [(OpKind.B, 4)]
+    assert memory_lags(7, 2, 1) == [(OpKind.B, 3), (OpKind.W, 6)]  # (7 - 2) // 1 + 1
+    assert memory_lags(0.9, 0.3, 0.0) == [(OpKind.B, 3)]  # 0.9 / 0.3 is 2.9999999999999996
+    assert memory_lags(0.9, 0.3, 0.3) == [(OpKind.B, 3), (OpKind.W, 3)]
+    for cap, act, hold in ((10, 3, 2), (9, 3, 1), (5, 5, 5)):  # scaled by 1/10: the same lags
+        assert memory_lags(cap / 10, act / 10, hold / 10) == memory_lags(cap, act, hold)

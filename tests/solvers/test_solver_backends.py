@@ -13,7 +13,7 @@ from ppsolve.checker import check
 from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
 from ppsolve.solvers import BACKENDS, SolveOptions, solve
-from ppsolve.solvers.phases import load_backend
+from ppsolve.solvers.backends import load_backend
 from tests.helpers import make_problem
 from tests.solvers.cases import brute_force
 from tests.helpers import ROOT

@@ -17,7 +17,8 @@ from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.cpsat import backend
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
-from ppsolve.solvers.warm_start import serial_orders
+from ppsolve.solvers.settings import LnsSettings, PhaseSettings, Settings
+from ppsolve.baselines.plans import serial_orders
 from ppsolve.solvers.window import Incumbent, compose, make_window
 from tests.helpers import make_problem
 
@@ -140,10 +141,12 @@ def test_time_slices_that_keep_orders_need_only_be_disjoint_in_time(capacity):
     assert check(composed).ok and composed.makespan < H  # serial leaves room in every slice
 
 
-def test_solve_switches_to_neighbourhoods_above_the_size_limit(monkeypatch):
-    monkeypatch.setattr(phases, "WHOLE_MODEL_OPS", 10)
+SMALL_WHOLE_MODEL = Settings(phases=PhaseSettings(whole_model_ops=10))
+
+
+def test_solve_switches_to_neighbourhoods_above_the_size_limit():
     problem = _problem()
-    result = solve(problem, SolveOptions(time_limit=1, threads=1))
+    result = solve(problem, SolveOptions(time_limit=1, threads=1, settings=SMALL_WHOLE_MODEL))
     assert check(result.schedule).ok
     assert "neighbourhoods" in result.schedule.method.extra
     assert result.status == "feasible" and Status.FEASIBLE.value == "feasible"
@@ -173,44 +176,29 @@ def test_a_window_proves_its_least_path_then_ends_its_ops_earlier(monkeypatch):
     assert flow < flow_first - 1e-9  # here the first step's placement leaves ops later than they could end
 
 
-def test_a_window_spans_every_device_up_to_all_devices_and_beyond_some_take_a_block(monkeypatch):
+def test_a_window_spans_every_device_up_to_all_devices_and_beyond_some_take_a_block():
     problem = make_problem(devices=6, microbatches=6)
     inc = Incumbent(_serial(problem))
-    monkeypatch.setattr(lns, "ALL_DEVICES", 6)
     rng = random.Random(0)
-    picks = [lns._pick(inc, rng, 10) for _ in range(40)]
+    picks = [lns._pick(inc, rng, 10, LnsSettings(all_devices=6)) for _ in range(40)]
     assert all(devices == tuple(range(6)) for devices, _, _ in picks)
     for _, t0, t1 in picks:
         assert 0 <= t0 < t1 <= inc.makespan
 
-    monkeypatch.setattr(lns, "ALL_DEVICES", 5)
-    monkeypatch.setattr(lns, "BLOCK", 2)
-    picks = [lns._pick(inc, rng, 10)[0] for _ in range(40)]
+    picks = [lns._pick(inc, rng, 10, LnsSettings(all_devices=5, block=2))[0] for _ in range(40)]
     blocks = [devices for devices in picks if devices != tuple(range(6))]
     assert blocks and len(blocks) < len(picks)  # about half of them
     for devices in blocks:
         assert len(devices) == 2 and devices[1] == devices[0] + 1 and 0 <= devices[0] <= 4
 
 
-def test_windows_are_often_centred_where_a_longest_path_waits_for_its_device(monkeypatch):
+def test_the_critical_waits_are_the_ops_of_a_longest_path_that_wait_for_their_device():
     problem = _problem()
     inc = Incumbent(_serial(problem))
     previous = {b.op: a.end for ops in inc.compute for a, b in zip(ops, ops[1:])}
     waits = [op for op in inc.critical_ops if op.start > previous.get(op.op, 0.0) + 1e-9]
     assert {op.op for op in inc.critical_waits} == {op.op for op in waits}
     assert 0 < len(waits) < len(inc.critical_ops)  # the serial schedule has critical ops that do not wait
-
-    def centred_on_a_wait(share: float) -> int:
-        """How many of 40 windows have a waiting critical op where _draw puts its centre (0.2 to 0.8 in)."""
-        monkeypatch.setattr(lns, "WAIT_SHARE", share)
-        rng, hits = random.Random(1), 0
-        for _ in range(40):
-            _, t0, t1 = lns._draw(inc, rng, 1)  # narrow windows
-            hits += any(t0 + 0.2 * (t1 - t0) - 1e-9 <= op.start <= t0 + 0.8 * (t1 - t0) + 1e-9 for op in waits)
-        return hits
-
-    assert centred_on_a_wait(1.0) == 40
-    assert centred_on_a_wait(0.0) < 40
 
 
 def test_a_pick_whose_range_holds_no_wait_of_a_longest_path_is_drawn_again(monkeypatch):
@@ -231,20 +219,19 @@ def test_a_pick_whose_range_holds_no_wait_of_a_longest_path_is_drawn_again(monke
 
     def with_a_wait(draws: int) -> int:
         """How many of 60 narrow picks hold a waiting critical op, with ``draws`` draws at most."""
-        monkeypatch.setattr(lns, "IDLE_DRAWS", draws)
         rng = random.Random(5)
-        return sum(holds_a_wait(*lns._pick(inc, rng, 1)) for _ in range(60))
+        return sum(holds_a_wait(*lns._pick(inc, rng, 1, LnsSettings(idle_draws=draws))) for _ in range(60))
 
-    default = lns.IDLE_DRAWS
+    default = LnsSettings().idle_draws
     once, redrawn = with_a_wait(1), with_a_wait(default)
     assert once < 60  # narrow windows drawn once often hold no wait ...
     assert redrawn > once and redrawn >= 55  # ... drawn again they nearly always do
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic, monkeypatch):
+def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic):
     """With --threads 1 a window ends at its deterministic limit; its wall clock is a guard well past it."""
-    monkeypatch.setattr(lns, "TAIL_STALL", 1.0)  # ordinary windows only
+    knobs = LnsSettings(tail_stall=1.0)  # ordinary windows only
     problem = _problem()
     seconds = 20.0
     budget = Budget(seconds, deterministic=deterministic)
@@ -260,14 +247,14 @@ def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic
                 raise KeyboardInterrupt  # three windows are enough
             return PhaseAnswer(Status.UNKNOWN, work=1.0)
 
-    options = SolveOptions(time_limit=seconds, threads=1 if deterministic else None)
+    options = SolveOptions(time_limit=seconds, threads=1 if deterministic else None, settings=Settings(lns=knobs))
     lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
                 _serial(problem), budget.search(1.0), False, 0.0)
     assert len(allowed) == 3
     if deterministic:
-        assert all(2 * lns.WINDOW_SECONDS < s <= lns.WINDOW_SECONDS * lns.WINDOW_GUARD for s in allowed)
+        assert all(2 * knobs.window_seconds < s <= knobs.window_seconds * knobs.window_guard for s in allowed)
     else:
-        assert all(s <= lns.WINDOW_SECONDS for s in allowed)
+        assert all(s <= knobs.window_seconds for s in allowed)
 
 
 def test_a_window_may_start_at_a_different_time_on_each_device():
@@ -284,7 +271,7 @@ def test_a_window_may_start_at_a_different_time_on_each_device():
     assert any(op.device == 3 and op.start < H - 10.0 for op in window.free)
 
 
-def _record_windows(problem, start, count):
+def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings()):
     """The windows ``lns.improve`` asks for, none of them solved, until ``count``; and its result."""
     seen = []
 
@@ -299,22 +286,21 @@ def _record_windows(problem, start, count):
             return PhaseAnswer(Status.UNKNOWN, work=1.0)
 
     budget = Budget(60, deterministic=True)
-    options = SolveOptions(time_limit=60, threads=1)
+    options = SolveOptions(time_limit=60, threads=1, settings=Settings(lns=knobs))
     limit = budget.search(1.0)
     result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
                          start, limit, False, 0.0)
     return seen, result, limit
 
 
-def test_tail_windows_end_at_the_makespan_and_reach_back_on_the_busiest_device(monkeypatch):
+def test_tail_windows_end_at_the_makespan_and_reach_back_on_the_busiest_device():
     """A tail window frees every device's last ops and reaches further back on the most loaded
     device (the last stage here)."""
-    monkeypatch.setattr(lns, "TAIL_STALL", 0.0)
     problem = _problem()
     start = _serial(problem)
     loads = [problem.device_load(d) for d in range(problem.devices)]
     busiest = loads.index(max(loads))
-    seen, result, _ = _record_windows(problem, start, 3)
+    seen, result, _ = _record_windows(problem, start, 3, LnsSettings(tail_stall=0.0))
     assert len(seen) == 3 and result.tail_windows == result.windows == 2  # the third was interrupted
     for window in seen:
         assert window.t1 == start.makespan
@@ -323,19 +309,19 @@ def test_tail_windows_end_at_the_makespan_and_reach_back_on_the_busiest_device(m
 
 
 def test_tail_windows_start_when_the_ordinary_ones_stall():
-    """No window improves: after TAIL_STALL of the search's work the ordinary windows give way."""
+    """No window improves: after tail_stall of the search's work the ordinary windows give way."""
     problem = _problem()
     seen, result, limit = _record_windows(problem, _serial(problem), 12)
-    ordinary = math.ceil(lns.TAIL_STALL * limit.deterministic / (1.0 + lns.WINDOW_OVERHEAD) - 1e-9)
+    knobs = LnsSettings()
+    ordinary = math.ceil(knobs.tail_stall * limit.deterministic / (1.0 + knobs.window_overhead) - 1e-9)
     assert 0 < ordinary < 11
     assert result.windows == 11 and result.tail_windows == 11 - ordinary
 
 
-def test_tail_windows_are_shrunk_to_the_op_limit(monkeypatch):
-    monkeypatch.setattr(lns, "TAIL_MAX_OPS", 30)
+def test_tail_windows_are_shrunk_to_the_op_limit():
     problem = _problem()
     inc = Incumbent(_serial(problem))
-    t0 = lns._pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,))
+    t0 = lns._pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,), LnsSettings(tail_max_ops=30))
     assert sum(1 for op in inc.schedule.ops if op.kind.is_compute and op.start >= t0[op.device]) <= 30
     assert t0[3] < t0[0] == t0[1] == t0[2]
 
@@ -356,8 +342,7 @@ def test_the_compute_ops_a_pick_frees_are_known_before_its_window_is_built(offlo
 @pytest.mark.slow
 def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
     """Every schedule the search keeps is checked: only writing one is left after it, so its limit
-    runs to the deadline less LEAN_RESERVE_SHARE of the time limit, not the usual reserve."""
-    monkeypatch.setattr(phases, "WHOLE_MODEL_OPS", 10)
+    runs to the deadline less lean_reserve_share of the time limit, not the usual reserve."""
     limits = []
     real = lns.improve
 
@@ -366,7 +351,7 @@ def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
         return real(problem, scaling, options, budget, progress, backend_, start, limit, *rest)
 
     monkeypatch.setattr(phases, "improve", recording)
-    solve(_problem(), SolveOptions(time_limit=20, threads=2))
+    solve(_problem(), SolveOptions(time_limit=20, threads=2, settings=SMALL_WHOLE_MODEL))
     (limit, deadline), = limits
     assert deadline - limit.until == pytest.approx(0.2, abs=0.05)  # 1 % of 20 s: the check took far less
     assert 0.2 < Budget(20, False).reserve
@@ -376,12 +361,12 @@ def test_the_lean_reserve_never_grows_and_covers_a_few_checks():
     budget = Budget(300, False)
     assert budget.reserve == pytest.approx(24.0)
     budget.lean_reserve(0.1)
-    assert budget.reserve == pytest.approx(3.0)  # LEAN_RESERVE_SHARE of 300 s
+    assert budget.reserve == pytest.approx(3.0)  # lean_reserve_share of 300 s
     budget.lean_reserve(2.0)
     assert budget.reserve == pytest.approx(3.0)
     slow = Budget(300, False)
     slow.lean_reserve(2.0)
-    assert slow.reserve == pytest.approx(8.0)  # RESERVE_CHECKS checks
+    assert slow.reserve == pytest.approx(8.0)  # reserve_checks checks
     tight = Budget(300, False)
     tight.lean_reserve(10.0)
     assert tight.reserve == pytest.approx(24.0)

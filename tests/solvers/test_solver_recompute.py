@@ -416,7 +416,7 @@ def _serial(problem, recomputed=()):
     from ppsolve.baselines.common import with_recompute
     from ppsolve.schedule import make_schedule
     from ppsolve.simulator import simulate
-    from ppsolve.solvers.warm_start import serial_orders
+    from ppsolve.baselines.plans import serial_orders
 
     return make_schedule(problem, simulate(problem, with_recompute(serial_orders(problem), recomputed)), "serial")
 

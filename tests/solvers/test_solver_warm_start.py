@@ -1,4 +1,4 @@
-"""Warm starts come from the method registry (family "baseline") when baselines are installed."""
+"""Warm starts come from the baselines (``ppsolve.baselines.METHODS``) and plans of our own."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ppsolve import methods
+from ppsolve import baselines, methods
 from ppsolve.checker import check
 from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.methods import Method
@@ -16,7 +16,8 @@ from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.ops import OpKind
 from ppsolve.problem import load_problem
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, list_plan, serial_orders
+from ppsolve.baselines.plans import list_plan, serial_orders
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 
@@ -39,9 +40,9 @@ def fake_baselines(monkeypatch):
     def broken(p, o):
         raise PpsolveError("cannot")
 
-    for method in (_fake("fake-good", lambda p, o: good), _fake("fake-too-big", too_big),
-                   _fake("fake-broken", broken), _fake("fake-na", broken, why_not=lambda p: "never applies")):
-        monkeypatch.setitem(methods._REGISTRY, method.name, method)
+    fakes = (_fake("fake-good", lambda p, o: good), _fake("fake-too-big", too_big),
+             _fake("fake-broken", broken), _fake("fake-na", broken, why_not=lambda p: "never applies"))
+    monkeypatch.setattr(baselines, "METHODS", baselines.METHODS + fakes)
     return problem, good
 
 
@@ -50,7 +51,7 @@ def test_auto_keeps_the_best_acceptable_baseline(fake_baselines):
     warm = best_warm_start(problem, "auto")
     assert check(warm).ok
     assert warm.makespan <= good.makespan
-    assert not check(methods.get_method("fake-too-big").run(problem)).ok
+    assert not check(baselines.get_baseline("fake-too-big").run(problem)).ok
 
 
 def test_named_warm_start(fake_baselines):

@@ -31,6 +31,7 @@ NAME = "cpsat"
 # on the 2-core machine when it is quiet (wall = CPU time); three times busier, the clock ends steps
 # and the file says the run may not be reproducible.
 DETERMINISTIC_PER_SECOND = 0.15
+CONTINUOUS_AMOUNTS = False  # offloads move multiples of the scaling's grid
 WHOLE_SHARES = True  # PhaseTask.whole_shares: a model whose offloads move whole shares (a quick first step)
 WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)

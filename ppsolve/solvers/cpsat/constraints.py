@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ppsolve.bounds import heads_and_tails
 from ppsolve.dependencies import dependency_table
+from ppsolve.memory import memory_lags
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
 
@@ -206,11 +207,8 @@ def paired(v: Variables) -> bool:
 def memory_precedences(v: Variables, capacity: Sequence) -> None:
     """Redundant, with microbatches in index order (``symmetry``, no offload): what the cap implies.
 
-    Microbatch j of stage s holds its activation a from S(F(s,j)) to E(B(s,j)) and its weight hold
-    h to E(W(s,j)). In index order, if B(s,j-q) has not ended when F(s,j) starts, neither have
-    B(s,j-q+1..j-1): q + 1 activations of one stage alone. So with q = floor(cap / a):
-    S(F(s,j)) >= E(B(s,j-q)); likewise with q = floor((cap - a) / h) + 1: S(F(s,j)) >= E(W(s,j-q)).
-    And when q * a + h > cap (``NEXT_RELEASE``), B(s,j-q)'s end is not enough: W(s,j-q) or B(s,j-q+1)
+    The lags :func:`ppsolve.memory.memory_lags` derives (F(s,j) after B(s,j-q), and after W(s,j-q')
+    with a weight hold h), in model units. And with a = the activation, when q * a + h > cap (``NEXT_RELEASE``), B(s,j-q)'s end is not enough: W(s,j-q) or B(s,j-q+1)
     must have ended too (else its hold and q activations sit beside the new one), a disjunction.
     """
     p, sc, m = v.problem, v.scaling, v.model
@@ -220,10 +218,8 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
         if cap is None or a <= 0:
             continue
         hold = sc.weight_hold[s] if p.split_backward else 0
-        q = cap // a
-        lags = [(_B, q)]
-        if hold > 0:
-            lags.append((_W, (cap - a) // hold + 1))
+        lags = memory_lags(cap, a, hold)
+        q = lags[0][1]
         for kind, lag in lags:
             for j in range(lag, p.microbatches) if lag >= 1 else ():
                 m.add(v.start[Op(_F, s, j)] >= v.end[Op(kind, s, j - lag)])

@@ -21,6 +21,7 @@ from importlib import metadata
 
 import pulp
 
+from ppsolve import tolerance
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status, search_in_thread
@@ -32,6 +33,8 @@ NAME = "milp"
 # Offloaded amounts are continuous variables (any amount in (0, fraction x activation], as the contract
 # allows): the model's proofs hold for the contract's problem (read by the solve pipeline).
 CONTINUOUS_AMOUNTS = True
+WHOLE_SHARES = False  # PhaseTask.whole_shares is not used
+WINDOWS = False  # no window search (the LNS is CP-SAT's)
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
@@ -41,16 +44,16 @@ HIGHS_TIME_SHARE = 0.85
 # bench machine, depending on the model, and wall time runs up to about twice CPU time there (see
 # docs/solver.md).
 HIGHS_CHECKS_PER_SECOND = 30
-EPS = 1e-6
+EPS = tolerance.MODEL_EPS
 # Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
 # so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
 # tolerances are tightened so that a solution's rows hold to ~1e-9, and its values snap to fractions
 # (``_snap``) before the checker sees them.
-CONTINUOUS_GAP = 1e-6
-FEASIBILITY_TOLERANCE = 1e-9
+CONTINUOUS_GAP = EPS
+FEASIBILITY_TOLERANCE = tolerance.EPS
 SNAP_DENOMINATOR = 10**4
-SNAP_TOLERANCE = 1e-9  # relative: never more than the checker allows
-MIN_AMOUNT = 1e-9  # a transfer moving less (relative to its most) is left out of the schedule
+SNAP_TOLERANCE = tolerance.EPS  # relative: never more than the checker allows
+MIN_AMOUNT = tolerance.EPS  # a transfer moving less (relative to its most) is left out of the schedule
 
 
 def _cbc(**kwargs):
@@ -159,7 +162,7 @@ def _start_values(m: _Model, schedule: Schedule) -> dict[str, float]:
         return {}
     amount = {key: sc.memory_scale * by_op[Op(OpKind.OFFLOAD, *key)].amount
               for key in v.transfers if Op(OpKind.OFFLOAD, *key) in by_op}
-    if any(a > v.transfers[key].most + 1e-9 for key, a in amount.items()):
+    if any(a > v.transfers[key].most + tolerance.EPS for key, a in amount.items()):
         return {}
     start, end = _placed(v, by_op, amount)
     m.schedule_peaks = schedule.peak_memory

@@ -1,0 +1,237 @@
+"""Plans of our own: the orders the solvers' warm start tries besides the baselines.
+
+Serial microbatches (valid for any placement), 1F1B limited to k in flight, the list
+scheduler's orders under other kind preferences, and, on capped problems, the same and the
+published orders with offloads or recomputes added where a device is over its cap.
+:func:`own_plans` lists them lazily, cheapest first; ``ppsolve.solvers.warm_start`` says
+which it tries and keeps.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from ppsolve.baselines.common import with_w_after_b
+from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.portfolio import built_baselines
+from ppsolve.baselines.recompute import PREFER, fit_by_recompute
+from ppsolve.errors import PpsolveError
+from ppsolve.method_types import RunOptions
+from ppsolve.ops import Op, OpKind
+from ppsolve.problem import Problem
+from ppsolve.schedule import Schedule
+
+
+def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
+    """Each device's share of one global order that runs microbatches one at a time."""
+    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
+    S = problem.num_stages
+    for j in range(problem.microbatches):
+        for s in range(S):
+            device = problem.placement[s]
+            orders[device].append(Op(OpKind.F, s, j))
+            if offload and problem.max_offload(s) > 0:
+                orders[device].append(Op(OpKind.OFFLOAD, s, j))
+        for s in reversed(range(S)):
+            device = problem.placement[s]
+            if offload and problem.max_offload(s) > 0:
+                orders[device].append(Op(OpKind.RELOAD, s, j))
+            orders[device].append(Op(OpKind.B, s, j))
+            if problem.split_backward:
+                orders[device].append(Op(OpKind.W, s, j))
+    return orders
+
+
+def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list[list[Op]]:
+    """1F1B on a linear placement with at most ``k`` microbatches in flight per device.
+
+    With ``defer_w`` (split backward) the W of a microbatch runs after the next F instead of
+    right after its B (steady state F, W, B), which leaves room to reload before the B.
+    """
+    d, m = problem.devices, problem.microbatches
+    defer_w = defer_w and problem.split_backward
+    orders = []
+    for i in range(d):
+        warm = min(max(1, min(k, d - i)) - 1, m)
+        order = [Op(OpKind.F, i, j) for j in range(warm)]
+        nxt = warm
+        for j in range(m):
+            if nxt < m:
+                order.append(Op(OpKind.F, i, nxt))
+                nxt += 1
+            if defer_w and j > 0:
+                order.append(Op(OpKind.W, i, j - 1))
+            order.append(Op(OpKind.B, i, j))
+            if problem.split_backward and not defer_w:
+                order.append(Op(OpKind.W, i, j))
+        if defer_w:
+            order.append(Op(OpKind.W, i, m - 1))
+        orders.append(order)
+    return orders
+
+
+def fitting_k(problem: Problem) -> int:
+    """The most microbatches in flight (1F1B limited to k, linear placement) whose activations fit
+    every capacity without offload: device i holds min(k, d - i) of them (weight holds aside)."""
+    d = problem.devices
+    for k in range(d, 1, -1):
+        if all(c is None or min(k, d - i) * problem.activation[i] <= c + 1e-12
+               for i, c in enumerate(problem.capacity)):
+            return k
+    return 1
+
+
+def list_plan(problem: Problem, order: str = "BFW", late_first: bool = False) -> list[list[Op]]:
+    """The list scheduler's orders (:mod:`ppsolve.baselines.listsched`) within the capacity, without
+    offload, preferring kinds in ``order`` (and, with ``late_first``, a held microbatch's later stages)."""
+    orders, _, _ = list_orders(problem, ListPolicy(limit=tuple(problem.capacity), order=order,
+                                                   late_first=late_first))
+    return orders
+
+
+def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: set[int]) -> list[list[Op]]:
+    """``orders`` with every activation of ``devices`` offloaded right after its F and reloaded
+    up to ``lead`` compute ops before its B (lead 0: just before the B), never before an F (whose
+    allocation would meet the reload's)."""
+    out = []
+    for device, order in enumerate(orders):
+        if device not in devices:
+            out.append(list(order))
+            continue
+        compute = [op for op in order if op.kind.is_compute]
+        reload_before: dict[int, list[Op]] = {}
+        for index, op in enumerate(compute):
+            if op.kind is OpKind.B and problem.max_offload(op.stage) > 0:
+                at = index
+                moved = 0
+                while moved < lead and at > 0 and compute[at - 1].kind is not OpKind.F:
+                    at -= 1
+                    moved += 1
+                reload_before.setdefault(at, []).append(Op(OpKind.RELOAD, op.stage, op.microbatch))
+        new = []
+        for index, op in enumerate(compute):
+            new += reload_before.get(index, [])
+            new.append(op)
+            if op.kind is OpKind.F and problem.max_offload(op.stage) > 0:
+                new.append(Op(OpKind.OFFLOAD, op.stage, op.microbatch))
+        out.append(new)
+    return out
+
+
+def w_right_after_b(problem: Problem, orders: list[list[Op]]) -> list[list[Op]]:
+    """``orders`` with each W moved right after its B (split backward)."""
+    return [with_w_after_b(problem, [op for op in order if op.kind is not OpKind.W]) for order in orders]
+
+
+def offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
+    """Plans that fit the cap only with offload, on the devices whose plan exceeds the cap:
+    greedy orders made as if memory were unbounded, and (linear) 1F1B limited to k in flight."""
+    if not problem.can_offload:
+        return []
+    plans = []
+    free = problem.replace(capacity=None)
+    all_devices = {d for d in range(problem.devices) if problem.capacity[d] is not None}
+    for prefer in ("BFW", "FBW"):
+        try:
+            base = list_plan(free, prefer, problem.chunks > 1)
+        except PpsolveError:
+            continue
+        for lead in (0, 1, 2):
+            plans.append((f"greedy-{prefer}-nocap+offload-lead{lead}", with_offload(problem, base, lead, all_devices)))
+    if problem.placement_name != "linear":
+        return plans
+    fit = fitting_k(problem)
+    for k in sorted({problem.devices, (problem.devices + fit) // 2, fit + 1}, reverse=True):
+        if k <= fit or k < 2:
+            continue
+        over = {d for d in range(problem.devices)
+                if problem.capacity[d] is not None
+                and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
+        if not over:
+            continue
+        for defer in ((False, True) if problem.split_backward else (False,)):
+            base = limited_1f1b_orders(problem, k, defer)
+            for lead in (0, 1, 2):
+                name = f"1f1b-k{k}{'-deferw' if defer else ''}+offload-lead{lead}"
+                plans.append((name, with_offload(problem, base, lead, over)))
+    return plans
+
+
+# 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
+RECOMPUTE_KS = 8
+
+
+def spread(values, count: int) -> list:
+    """At most ``count`` of ``values``, evenly spaced, the first and the last included, in their order."""
+    values = list(values)
+    if len(values) <= count:
+        return values
+    return [values[i] for i in sorted({round(i * (len(values) - 1) / (count - 1)) for i in range(count)})]
+
+
+def schedule_orders(schedule: Schedule) -> list[list[Op]]:
+    """Each device's ops of ``schedule`` in the order they start."""
+    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
+    for op in sorted(schedule.ops, key=lambda o: (o.start, o.end)):
+        orders[op.device].append(op.op)
+    return orders
+
+
+def published_over_cap(problem: Problem) -> Iterator[tuple[str, list[list[Op]]]]:
+    """(name, orders) of every published baseline that applies to ``problem`` (without recompute),
+    built ignoring the cap, where the result breaks it and moves nothing to host."""
+    options = RunOptions(ignore_capacity=True, threads=1, quiet=True, warm_start="none")
+    for schedule in built_baselines(problem, options):
+        if schedule.method.extra.get("capacity_broken") and not schedule.offloaded and not schedule.recomputed:
+            yield schedule.method.name, schedule_orders(schedule)
+
+
+def recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+    """Plans that fit the cap by recomputing, made without offload (see ``ppsolve.solvers.warm_start``)."""
+    if not problem.can_recompute or all(c is None for c in problem.capacity):
+        return
+    base = problem.replace(offload=None)
+
+    def fitted(make) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+        for prefer in PREFER:
+            yield f"-{prefer}", lambda prefer=prefer: fit_by_recompute(base, make(), prefer=prefer)[0]
+
+    ks = spread(range(problem.devices, fitting_k(base), -1), RECOMPUTE_KS) if problem.placement_name == "linear" else []
+
+    def onef1b(some_ks):
+        for k in some_ks:
+            for defer in ((False, True) if problem.split_backward else (False,)):
+                for how, make in fitted(lambda k=k, defer=defer: limited_1f1b_orders(base, k, defer)):
+                    yield f"1f1b-k{k}{'-deferw' if defer else ''}+recompute{how}", make
+
+    yield from onef1b(ks[:1])
+    for name, orders in published_over_cap(base.replace(recompute=None)):
+        for how, make in fitted(lambda orders=orders: orders):
+            yield f"{name}+recompute{how}", make
+        if problem.split_backward:  # what a W waits to run cannot be recomputed away: W right after B
+            for how, make in fitted(lambda orders=orders: w_right_after_b(base, orders)):
+                yield f"{name}-w-after-b+recompute{how}", make
+    yield from onef1b(ks[1:])
+    free = base.replace(capacity=None)
+    for kinds in ("BFW", "FBW"):
+        for how, make in fitted(lambda kinds=kinds: list_plan(free, kinds, problem.chunks > 1)):
+            yield f"greedy-{kinds}-nocap+recompute{how}", make
+
+
+def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
+    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
+    yield "serial", lambda: serial_orders(problem)
+    for prefer in ("BFW", "FBW", "BWF"):
+        for late in ((False, True) if problem.chunks > 1 else (False,)):
+            yield (f"greedy-{prefer}{'-late' if late else ''}",
+                   lambda prefer=prefer, late=late: list_plan(problem, prefer, late))
+    if problem.can_offload:
+        yield "serial+offload", lambda: serial_orders(problem, offload=True)
+    if problem.placement_name == "linear":
+        fit = fitting_k(problem)
+        for k in sorted({min(fit, problem.devices), fit - 1}, reverse=True):
+            if k >= 2:
+                yield f"1f1b-k{k}", lambda k=k: limited_1f1b_orders(problem, k)
+    yield from recompute_plans(problem)
+    for name, orders in offload_plans(problem):
+        yield name, lambda orders=orders: orders

@@ -1,0 +1,114 @@
+"""The solve's tuning knobs, as values passed in (``SolveOptions.settings``), never module globals.
+
+The defaults are the measured choices (docs/solver.md says what was measured and
+with which command); experiments and tests pass other values, e.g.
+``SolveOptions(settings=Settings(lns=LnsSettings(tail_stall=1.0)))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """How the time limit is shared out (``ppsolve.solvers.budget``)."""
+
+    warm_start_share: float = 0.2  # of the time limit
+    reserve_share: float = 0.08  # of the time limit, at least, kept for realising and checking
+    # Deterministic mode: the deterministic work of a search is this share of its wall time (in each
+    # backend's calibrated unit), so that a solve uses most of its time limit on the bench machine (a
+    # shared 2-core machine; at 0.5 hard offload solves ended after 4-8 s of a 30 s limit); on a slower or
+    # busier machine the wall clock ends the step and the file says the run may not be reproducible; and
+    # the warm start collects acceptable candidates while (candidates x ops) stays below
+    # warm_start_ops_per_second x this share of its own share (at least one): one candidate (a baseline
+    # or a plan: simulated and checked) cost 10 000 to 120 000 op-tries a CPU second there (see
+    # docs/solver.md). Methods that do not apply or refuse the caps are not counted.
+    deterministic_share: float = 0.9
+    warm_start_ops_per_second: int = 10_000
+    reserve_checks: int = 4  # the reserve is at least this many times one check of the warm start
+    # when the last phase's answers are checked schedules already (the large-neighbourhood search), only
+    # writing one is left: the reserve shrinks to this share of the time limit (or reserve_checks checks)
+    lean_reserve_share: float = 0.01
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    """How a solve splits its time limit between its phases, and when it switches to windows."""
+
+    # Shares of the time limit (the warm start's is in budget.py); "keep" is what later phases need.
+    share_makespan: float = 0.8
+    share_makespan_before_offload: float = 0.65
+    share_offload: float = 0.15
+    share_makespan_before_memory: float = 0.35
+    share_memory: float = 0.45
+    # Problem size, in the ops a model places (compute ops, and with offload the transfers it may add).
+    # Above whole_model_ops the makespan is improved by large-neighbourhood search alone (the whole
+    # model is neither built nor searched); above lns_after_ops, when the makespan phase has at least
+    # lns_min_seconds, the whole model gets whole_share of it and the search the rest (set by
+    # measurement: docs/solver.md; a search of a few windows is no use).
+    whole_model_ops: int = 3000
+    lns_after_ops: int = 200
+    lns_min_seconds: float = 5.0
+    whole_share: float = 0.3
+    whole_shares_first: float = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares first
+    shed_tries: int = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
+
+
+@dataclass(frozen=True)
+class LnsSettings:
+    """The large-neighbourhood search (``ppsolve.solvers.lns``)."""
+
+    start_size: int = 120  # free ops in the first window
+    min_size: int = 60
+    max_size: int = 2000
+    window_seconds: float = 1.0  # the most one window's search may take (wall clock, or deterministic work)
+    # Deterministic mode: a window's wall clock is only the guard, this many times window_seconds. Its
+    # deterministic limit took 0.75 to 0.92 s of wall time on windows of 1 500 to 3 000 model variables
+    # (vsh2-d16-m64 of the scale suite, 2-core machine), so a guard of 1 s fired first in some windows
+    # and made the run irreproducible (docs/solver.md)
+    window_guard: float = 3.0
+    # Deterministic mode counts work without the clock: each window's search as the backend reports it
+    # (PhaseAnswer.work), plus window_overhead per window (building its model) and round_seconds_per_op
+    # per op of the schedule and round (re-timing and checking it; measured: docs/solver.md).
+    window_overhead: float = 0.05
+    round_seconds_per_op: float = 5e-5
+    ops_per_window: int = 1500  # a round solves one window per this many ops of the schedule ...
+    max_batch: int = 12  # ... up to this many
+    picks_per_window: int = 3  # a round draws up to this many picks per window of its batch
+    orders: bool = True  # without transfers, ops after a window keep their order rather than their times
+    # up to this many devices a window spans all of them; beyond, half its windows take a block (at d = 32,
+    # windows over all devices did better on three of the four problems measured, 1 % worse on the linear
+    # one with offload: docs/solver.md)
+    all_devices: int = 32
+    block: int = 8  # devices in a block window
+    # A window shortens a longest path where the path waits: one whose range holds no critical op that
+    # its device sits idle before is drawn again, up to this many draws in all (1: any draw). Continuing
+    # from a 300 s vsh2-d32 schedule with one draw, 1 of the 118 windows centred in 0.3-0.8 of the
+    # makespan, where device 0 is busy throughout, shortened its path; 26 of the other 140 did
+    # (docs/solver.md, benchmarks/window_positions.py@5331613)
+    idle_draws: int = 8
+    # Tail windows (schedules without transfers, where later ops keep their order): once the ordinary
+    # windows have not shortened the schedule for tail_stall of the search's time, the rest of it goes
+    # to windows over the end of the schedule, tail_span times one microbatch's critical path on every
+    # device and tail_back times it more on the most loaded devices, each with tail_seconds. Ordinary
+    # windows are time slices: they cannot take work of the busiest device from before its last
+    # admission into the idle of the drain after it, which is what bounds the V-shapes (vsh2-d16-m64:
+    # 2364.1 -> 2344.9 in 256 s of tail windows after a 300 s solve, ordinary windows 2362.0; from
+    # another start 2360.4 -> 2354.7, ordinary windows 2349.5: benchmarks/tail_windows.py@5331613). Given the
+    # last half of every search, they made 300 s solves longer (vsh2-d16 2384.2, vsh2-d32 4972.2): the
+    # ordinary windows need that time first.
+    tail_stall: float = 0.15
+    tail_span: tuple[float, float] = (0.8, 1.3)
+    tail_back: tuple[float, float] = (0.8, 2.0)
+    tail_seconds: float = 20.0
+    tail_max_ops: int = 1400  # larger tails are shrunk to about this many free ops
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of a solve."""
+
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    phases: PhaseSettings = field(default_factory=PhaseSettings)
+    lns: LnsSettings = field(default_factory=LnsSettings)
