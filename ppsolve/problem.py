@@ -262,20 +262,16 @@ class Problem:
                 value = list(value) if isinstance(value, tuple) else value
                 data["memory"]["capacity"] = value
                 fields["capacity"] = _capacity(value, self.devices, "capacity")
-            elif key == "offload":
-                data.pop("offload", None)
-                config = value if not isinstance(value, dict) else _offload_config(
-                    value, self.devices, self.activation, "offload")
+            elif key in ("offload", "recompute"):
+                parse, section = ((lambda v: _offload_config(v, self.devices, self.activation, "offload"),
+                                   _offload_section) if key == "offload" else
+                                  (lambda v: _recompute_config(v, self.activation, self.forward, "recompute"),
+                                   _recompute_section))
+                data.pop(key, None)
+                config = parse(value) if isinstance(value, dict) else value
                 if config is not None:
-                    data["offload"] = value if isinstance(value, dict) else _offload_section(config)
-                fields["offload"] = config
-            elif key == "recompute":
-                data.pop("recompute", None)
-                config = value if not isinstance(value, dict) else _recompute_config(
-                    value, self.activation, self.forward, "recompute")
-                if config is not None:
-                    data["recompute"] = value if isinstance(value, dict) else _recompute_section(config)
-                fields["recompute"] = config
+                    data[key] = value if isinstance(value, dict) else section(config)
+                fields[key] = config
             elif key == "name":
                 data["name"] = value
                 fields["name"] = value

@@ -59,17 +59,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _capacity(text: str):
-    from ppsolve.errors import InputError
+    from ppsolve.errors import positive_number
 
     if text in ("hbm", "none"):
         return None if text == "none" else "hbm"
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError("--capacity", f"must be hbm, none or a number of GiB, got {text!r}") from None
-    if not value > 0:
-        raise InputError("--capacity", f"must be > 0, got {text}")
-    return value
+    return positive_number(text, "--capacity", "hbm, none or a number of GiB")
 
 
 def _reserve(text: str):

@@ -49,6 +49,38 @@ def offload_choice(sizes: list[int], fraction: float) -> list[int]:
     return chosen
 
 
+def move_to_host(record, fraction: float, device, ledger) -> int:
+    """Copy the storages :func:`offload_choice` picks of ``record`` (a microbatch's saved tensors:
+    ``sizes``, ``storages``, ``ptrs``, ``host``) to host and free them on the device; returns the
+    bytes moved, also recorded in ``record.moved`` (``record.copied``: the event after the copy)."""
+    moved = 0
+    for i in offload_choice(record.sizes, fraction):
+        record.host[i] = device.to_host(record.storages[i])
+        ledger.owner.pop(record.ptrs[i], None)  # the address may be reused while on host
+        moved += record.sizes[i]
+    record.moved = moved
+    record.copied = device.mark()
+    ledger.held -= moved
+    return moved
+
+
+def move_to_device(record, owner, device, ledger) -> int:
+    """Copy ``record``'s storages on host back into device storages (their owner in the ledger:
+    ``owner``); returns the bytes moved."""
+    for i, host in enumerate(record.host):
+        if host is None:
+            continue
+        storage = record.storages[i]
+        device.to_device(storage, host)
+        record.ptrs[i] = storage.data_ptr()
+        ledger.owner[record.ptrs[i]] = owner
+        record.host[i] = None
+    moved, record.moved = record.moved, 0
+    record.copied = device.mark()
+    ledger.held += moved
+    return moved
+
+
 class SavedBytes:
     """The storages saved by autograd on one rank, by owner (stage, microbatch)."""
 
@@ -272,33 +304,14 @@ class Stage:
         state = self.pending.get(j)
         if state is None or state.moved:
             raise RuntimeError(f"stage {self.index}: OFFLOAD of microbatch {j} without its activations on device")
-        moved = 0
-        for i in offload_choice(state.sizes, fraction):
-            state.host[i] = self.device.to_host(state.storages[i])
-            self.ledger.owner.pop(state.ptrs[i], None)  # the address may be reused while on host
-            moved += state.sizes[i]
-        state.moved = moved
-        state.copied = self.device.mark()
-        self.ledger.held -= moved
-        return moved
+        return move_to_host(state, fraction, self.device, self.ledger)
 
     def reload(self, j: int) -> int:
         """Bring microbatch j's offloaded storages back; returns bytes moved."""
         state = self.pending.get(j)
         if state is None or not state.moved:
             raise RuntimeError(f"stage {self.index}: RELOAD of microbatch {j} that is not offloaded")
-        for i, host in enumerate(state.host):
-            if host is None:
-                continue
-            storage = state.storages[i]
-            self.device.to_device(storage, host)
-            state.ptrs[i] = storage.data_ptr()
-            self.ledger.owner[state.ptrs[i]] = (self.index, j)
-            state.host[i] = None
-        moved, state.moved = state.moved, 0
-        state.copied = self.device.mark()
-        self.ledger.held += moved
-        return moved
+        return move_to_device(state, (self.index, j), self.device, self.ledger)
 
     def copied(self, j: int):
         """The event after microbatch j's last transfer (what its RELOAD or B waits for), or None."""

@@ -47,7 +47,7 @@ import torch
 from torch.distributed.pipelining import schedules as _torch
 
 from ppsolve.executor.device import CpuDevice
-from ppsolve.executor.stage import SavedBytes, offload_choice
+from ppsolve.executor.stage import SavedBytes, move_to_device, move_to_host
 
 FORMAT = "ppsolve/torch-plan@1"
 _COMPUTE = (_torch.FORWARD, _torch.BACKWARD_INPUT, _torch.FULL_BACKWARD, _torch.BACKWARD_WEIGHT)
@@ -324,33 +324,14 @@ class PlanRun:
         if record is None or record.moved or (s, j) in self.recomputed:
             raise RuntimeError(f"OFFLOAD({s},{j}) without its activations on the device")
         self.device.wait(record.copied)
-        moved = 0
-        for i in offload_choice(record.sizes, share):
-            record.host[i] = self.device.to_host(record.storages[i])
-            self.ledger.owner.pop(record.ptrs[i], None)  # the address may be reused while on host
-            moved += record.sizes[i]
-        record.moved = moved
-        record.copied = self.device.mark()
-        self.ledger.held -= moved
-        return moved
+        return move_to_host(record, share, self.device, self.ledger)
 
     def _reload(self, s: int, j: int) -> int:
         record = self.saved.get((s, j))
         if record is None or not record.moved:
             raise RuntimeError(f"RELOAD({s},{j}) of a microbatch that is not offloaded")
         self.device.wait(record.copied)
-        for i, host in enumerate(record.host):
-            if host is None:
-                continue
-            storage = record.storages[i]
-            self.device.to_device(storage, host)
-            record.ptrs[i] = storage.data_ptr()
-            self.ledger.owner[record.ptrs[i]] = (s, j)
-            record.host[i] = None
-        moved, record.moved = record.moved, 0
-        record.copied = self.device.mark()
-        self.ledger.held += moved
-        return moved
+        return move_to_device(record, (s, j), self.device, self.ledger)
 
     def _recompute(self, s: int, j: int, ctx) -> None:
         record = self.saved.get((s, j))

@@ -166,6 +166,25 @@ class PhaseAnswer:
 STOP_GRACE = 3.0  # seconds a search may take to end after Ctrl-C before it is abandoned
 
 
+def _start_thread(work: Callable[[], Any]) -> tuple[dict, threading.Event]:
+    """Start ``work()`` in a daemon thread: (its result, under "value" or "error" once it ended; the
+    event set when it ends). An event, not thread.is_alive(): a join interrupted by Ctrl-C can make
+    that lie (Python < 3.13)."""
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # re-raised in the calling thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return result, done
+
+
 def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until: float | None = None,
                      grace: float = 0.5) -> tuple[Any, bool, bool]:
     """Run ``search()`` in a worker thread so that Ctrl-C reaches Python: on Ctrl-C, or once the
@@ -176,21 +195,9 @@ def search_in_thread(search: Callable[[], Any], stop: Callable[[], None], until:
 
     Returns (what ``search`` returned, or None; interrupted by Ctrl-C; abandoned).
     """
-    result: dict = {}
-    done = threading.Event()  # not thread.is_alive(): a join interrupted by Ctrl-C can make it lie (Python < 3.13)
-
-    def work() -> None:
-        try:
-            result["value"] = search()
-        except BaseException as exc:  # re-raised in the calling thread
-            result["error"] = exc
-        finally:
-            done.set()
-
-    thread = threading.Thread(target=work, daemon=True)
+    result, done = _start_thread(search)
     interrupted = stopped = False
     interrupted_at = 0.0
-    thread.start()
     while not done.is_set():
         try:
             done.wait(0.1)
@@ -218,18 +225,7 @@ def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any,
     """Run ``work()`` in a daemon thread and wait until it returns or ``give_up()`` is true (checked
     every 50 ms). Python cannot stop a thread: one given up on runs on, unobserved, until the
     process ends. Returns (what ``work`` returned, or None when given up on; given up)."""
-    result: dict = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            result["value"] = work()
-        except BaseException as exc:  # re-raised in the calling thread
-            result["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, daemon=True).start()
+    result, done = _start_thread(work)
     while not done.wait(0.05):
         if give_up():
             return None, True

@@ -180,12 +180,18 @@ def run_bench(problems: Sequence[BenchProblem], methods: Sequence[Method], optio
 # ----- writing and reading results -----
 
 def _cell(value) -> str:
+    """A CSV cell."""
+    return _text(value, "", ("yes", "no"), 6)
+
+
+def _text(value, none: str, yes_no: tuple[str, str], digits: int) -> str:
+    """``value`` as text: ``none`` for None, ``yes_no`` for a bool, ``digits`` significant digits."""
     if value is None:
-        return ""
+        return none
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return yes_no[0] if value else yes_no[1]
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.{digits}g}"
     return str(value)
 
 
@@ -233,13 +239,8 @@ def read_csv(path: str | Path) -> list[BenchRow]:
 
 
 def _md(value, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "**NO**"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value).replace("|", "\\|")
+    """A Markdown table cell."""
+    return _text(value, "-", ("yes", "**NO**"), digits).replace("|", "\\|")
 
 
 def markdown_table(rows: Sequence[BenchRow]) -> str:

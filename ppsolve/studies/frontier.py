@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ppsolve.bounds import min_capacity
-from ppsolve.errors import InputError, NotApplicableError, PpsolveError
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError, positive_number
 from ppsolve.jsonio import write_text_atomic
 from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem
@@ -113,13 +113,7 @@ def parse_capacities(text: str) -> list[float | None] | None:
         if part in ("inf", "none", "unbounded"):
             out.append(None)
             continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise InputError("--capacities", f"must be 'auto' or numbers separated by commas, got {part!r}") from None
-        if not value > 0:
-            raise InputError("--capacities", f"each capacity must be > 0, got {part}")
-        out.append(value)
+        out.append(positive_number(part, "--capacities", "'auto' or numbers separated by commas"))
     return _sorted_caps(out)
 
 
