@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,7 @@ def _orders_or_none(problem: Problem) -> list[list[list[Op]]] | None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(recompute_problems())
+@pytest.mark.slow
 def test_bound_never_exceeds_the_brute_force_optimum_with_recompute(problem):
     per_device = _orders_or_none(problem)
     assume(per_device is not None)  # too many to enumerate quickly: drawn again, not counted in the 200

@@ -44,6 +44,7 @@ def small_problems(draw, offload: bool) -> Problem:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(offload=False))
+@pytest.mark.slow
 def test_bound_never_exceeds_the_brute_force_optimum(problem):
     best = brute_force(problem)
     if best is not None:  # None: no device order fits the cap
@@ -107,6 +108,7 @@ def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems())
+@pytest.mark.slow
 def test_idle_bound_never_exceeds_a_proven_optimum(problem):
     # the forced-idle figure on its own (its forwards before the first B limited by their earliest
     # ends as well as by the cap)

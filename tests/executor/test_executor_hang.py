@@ -35,6 +35,7 @@ def _stop_rank_when_started(folder, rank: int, stopped: list) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_is_named(tmp_path, monkeypatch):
     # rank 1 stops: rank 0's wait for it times out; the error names rank 1 as the one still running
     # (a stopped process writes no stack)
@@ -53,6 +54,7 @@ def test_a_stopped_rank_is_named(tmp_path, monkeypatch):
     assert message.endswith("; still running: rank 1 (no stack: stopped, or stuck outside Python)"), message
 
 
+@pytest.mark.slow
 def test_a_waiting_rank_says_where_it_waits(tmp_path):
     # one rank of two started: it waits in init_process_group for the other; asked, it names that frame
     prob = problem(2, 2)

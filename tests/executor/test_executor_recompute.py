@@ -147,6 +147,7 @@ def _assert_levers_measured(outcome, schedule, plain):
     assert any(fig.measured_peak < kept_all[fig.rank] for fig in outcome.figures)
 
 
+@pytest.mark.slow
 def test_four_ranks_fused_mlp_keep_offload_recompute():
     prob = problem(4, 4, split=False, offload=True, keep=0.25)
     orders = pipelined_orders(prob, lag=3)
