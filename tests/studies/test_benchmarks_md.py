@@ -59,3 +59,12 @@ def test_sections_that_are_only_a_link_become_list_items():
                                     "- Problems: table of 47 rows: [p.md](p.md).\n"]
     inline = ["### Methods\n\n| a |\n|---|\n| x |\n", linked[1]]
     assert wbm._compact(inline) == inline
+
+
+def test_the_manual_stays_a_manual():
+    # docs/solver.md stays short, and no doc tells the history of a session (that is git log's job)
+    assert len((ROOT / "docs" / "solver.md").read_text().splitlines()) < 400
+    docs = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for path in docs:
+        text = path.read_text().lower()
+        assert "session 1" not in text and "session 2" not in text, path
