@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from ppsolve.baselines import plans
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
@@ -37,27 +38,10 @@ def make_problem(**overrides: Any) -> Problem:
 
 
 def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
-    """Microbatches one after another: F through all stages, then B (and W) back.
-
-    Valid for any placement and backward mode; with ``offload`` every (stage, microbatch)
-    is offloaded after its F and reloaded before its B.
-    """
-    orders: list[list[Op]] = [[] for _ in range(problem.devices)]
-    S = problem.num_stages
-    for j in range(problem.microbatches):
-        for s in range(S):
-            dev = problem.placement[s]
-            orders[dev].append(Op(OpKind.F, s, j))
-            if offload:
-                orders[dev].append(Op(OpKind.OFFLOAD, s, j))
-        for s in reversed(range(S)):
-            dev = problem.placement[s]
-            if offload:
-                orders[dev].append(Op(OpKind.RELOAD, s, j))
-            orders[dev].append(Op(OpKind.B, s, j))
-            if problem.split_backward:
-                orders[dev].append(Op(OpKind.W, s, j))
-    return orders
+    """Microbatches one after another: F through all stages, then B (and W) back; with ``offload``
+    every (stage, microbatch) that may offload is offloaded after its F and reloaded before its B
+    (the warm start's serial plan, ``ppsolve.baselines.plans.serial_orders``)."""
+    return plans.serial_orders(problem, offload)
 
 
 def one_f_one_b_orders(problem: Problem) -> list[list[Op]]:
