@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsolve.baselines import plans
+from ppsolve.baselines.onef1b import onef1b_orders
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
@@ -45,22 +46,8 @@ def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
 
 
 def one_f_one_b_orders(problem: Problem) -> list[list[Op]]:
-    """1F1B on a linear placement (W right after its B when split)."""
-    d, m = problem.devices, problem.microbatches
-    orders = []
-    for k in range(d):
-        warm = min(d - k - 1, m)
-        order = [Op(OpKind.F, k, j) for j in range(warm)]
-        f = warm
-        for b in range(m):
-            if f < m:
-                order.append(Op(OpKind.F, k, f))
-                f += 1
-            order.append(Op(OpKind.B, k, b))
-            if problem.split_backward:
-                order.append(Op(OpKind.W, k, b))
-        orders.append(order)
-    return orders
+    """1F1B on a linear placement (W right after its B when split): the 1f1b baseline's order."""
+    return onef1b_orders(problem)
 
 
 def schedule_from_orders(problem: Problem, orders, name: str = "test", amounts=None) -> Schedule:

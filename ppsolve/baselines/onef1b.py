@@ -25,10 +25,12 @@ def gpipe_orders(problem: Problem) -> list[list[Op]]:
             for i in range(problem.devices)]
 
 
-def onef1b_forward_backward(problem: Problem, device: int) -> list[Op]:
-    """Device ``device``'s 1F1B order of forwards and backwards (no W)."""
+def onef1b_forward_backward(problem: Problem, device: int, in_flight: int | None = None) -> list[Op]:
+    """Device ``device``'s 1F1B order of forwards and backwards (no W); with ``in_flight``, at most
+    that many microbatches in flight on the device (at least one)."""
     d, m = problem.devices, problem.microbatches
-    warm = min(d - 1 - device, m)
+    limit = d - device if in_flight is None else max(1, min(in_flight, d - device))
+    warm = min(limit - 1, m)
     order = [F(device, j) for j in range(warm)]
     for k in range(m - warm):
         order += [F(device, warm + k), B(device, k)]

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.onef1b import onef1b_forward_backward
 from ppsolve.baselines.portfolio import built_baselines
 from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.errors import PpsolveError
@@ -48,25 +49,18 @@ def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list
     With ``defer_w`` (split backward) the W of a microbatch runs after the next F instead of
     right after its B (steady state F, W, B), which leaves room to reload before the B.
     """
-    d, m = problem.devices, problem.microbatches
-    defer_w = defer_w and problem.split_backward
     orders = []
-    for i in range(d):
-        warm = min(max(1, min(k, d - i)) - 1, m)
-        order = [Op(OpKind.F, i, j) for j in range(warm)]
-        nxt = warm
-        for j in range(m):
-            if nxt < m:
-                order.append(Op(OpKind.F, i, nxt))
-                nxt += 1
-            if defer_w and j > 0:
-                order.append(Op(OpKind.W, i, j - 1))
-            order.append(Op(OpKind.B, i, j))
-            if problem.split_backward and not defer_w:
-                order.append(Op(OpKind.W, i, j))
-        if defer_w:
-            order.append(Op(OpKind.W, i, m - 1))
-        orders.append(order)
+    for i in range(problem.devices):
+        forward_backward = onef1b_forward_backward(problem, i, k)
+        if not (defer_w and problem.split_backward):
+            orders.append(with_w_after_b(problem, forward_backward))
+            continue
+        order = []
+        for op in forward_backward:
+            if op.kind is OpKind.B and op.microbatch > 0:
+                order.append(Op(OpKind.W, i, op.microbatch - 1))
+            order.append(op)
+        orders.append(order + [Op(OpKind.W, i, problem.microbatches - 1)])
     return orders
 
 
