@@ -13,7 +13,8 @@ wait behind one planned late (head-of-line blocking, pytorch/pytorch#172668, #18
 only, when installed); :func:`timing` replays both that lowering and ppsolve's own
 placement (:mod:`ppsolve.export.torch_comms`) with the plan's durations
 (:func:`ppsolve.export.torch_replay.replay_times`). The replay times the compute lane:
-an R (recompute) runs at the start of the action the side file puts it before; offloads
+an R (recompute) runs at the start of the action the side file puts it before, before
+that action waits for its input (as :mod:`ppsolve.executor.torch_plan` runs it); offloads
 and reloads run on their own lanes and are not replayed.
 """
 
@@ -21,15 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppsolve.export.torch_comms import compute_comms_rows
+from ppsolve.export.torch_comms import compute_comms_rows, torch_action
 from ppsolve.export.torch_csv import compute_only_rows
 from ppsolve.export.torch_levers import side_plan
 from ppsolve.export.torch_replay import Action, parse_rows, replay_times
 from ppsolve.ops import OpKind
 from ppsolve.schedule import Schedule
-
-_KIND = {"F": OpKind.F, "I": OpKind.B, "B": OpKind.B, "W": OpKind.W}
-
 
 def pytorch_rows(compute_rows: list[list[str]], placement: tuple[int, ...], microbatches: int) -> list[list[str]]:
     """PyTorch's lowering of compute-only rows, as ``_prepare_schedule_with_comms`` does it
@@ -58,39 +56,42 @@ class Timing:
 
 
 def durations(schedule: Schedule):
-    """``duration(rank, action)`` for the replay: the planned duration of a compute action,
-    plus that of the R ops the side file puts before it; 0 for anything else."""
+    """``(duration, lead)`` for the replay: ``duration(rank, action)`` the planned duration of a
+    compute action (0 for anything else), ``lead(rank, action)`` that of the R ops the side file
+    puts before it (they run at its start, before it waits for its input)."""
     split = schedule.problem.split_backward
     table: dict[tuple[int, str], float] = {}
     for op in schedule.ops:
         if op.kind in (OpKind.F, OpKind.B, OpKind.W):
-            letter = {OpKind.F: "F", OpKind.B: "I" if split else "B", OpKind.W: "W"}[op.kind]
-            key = (op.device, f"{op.stage}{letter}{op.microbatch}")
-            table[key] = table.get(key, 0.0) + op.duration
+            table[(op.device, torch_action(op.kind, op.stage, op.microbatch, split))] = op.duration
     recompute = {(op.device, op.stage, op.microbatch): op.duration for op in schedule.ops if op.kind is OpKind.R}
+    leads: dict[tuple[int, str], float] = {}
     for rank in side_plan(schedule)["ranks"]:
         for entry in rank["extra"]:
             if entry["kind"] == "R" and entry["before"] is not None:
                 key = (rank["rank"], entry["before"])
-                table[key] = table.get(key, 0.0) + recompute[(rank["rank"], entry["stage"], entry["microbatch"])]
+                leads[key] = leads.get(key, 0.0) + recompute[(rank["rank"], entry["stage"], entry["microbatch"])]
 
     def duration(rank: int, action: Action) -> float:
-        return table.get((rank, str(action)), 0.0) if action.kind in _KIND else 0.0
+        return table.get((rank, str(action)), 0.0)
 
-    return duration
+    def lead(rank: int, action: Action) -> float:
+        return leads.get((rank, str(action)), 0.0)
+
+    return duration, lead
 
 
 def timing(schedule: Schedule) -> Timing:
     """Planned makespan against the replays of both placements (see the module docstring)."""
     problem = schedule.problem
-    duration = durations(schedule)
+    duration, lead = durations(schedule)
     p2p = problem.p2p
 
     def latency(a: int, b: int) -> float:
         return 0.0 if a == b else p2p
 
     def makespan(rows: list[list[str]]) -> float:
-        return max(replay_times(parse_rows("\n".join(",".join(r) for r in rows)), duration, latency))
+        return max(replay_times(parse_rows("\n".join(",".join(r) for r in rows)), duration, latency, lead=lead))
 
     ours = makespan(compute_comms_rows(schedule))
     try:

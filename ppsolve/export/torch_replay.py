@@ -77,18 +77,20 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
     (each round lets every rank go as far as it can). DeadlockError when some rank can
     never go on, naming each stuck rank's action and what it waits for; InputError
     for an action the runtime would refuse."""
-    return _run(rows, recv_blocks, lambda rank, a: 0.0, lambda a, b: 0.0)[0]
+    return _run(rows, recv_blocks, lambda rank, a: 0.0, lambda a, b: 0.0, lambda rank, a: 0.0)[0]
 
 
 def replay_times(rows: list[list[Action]], duration: Callable[[int, Action], float],
-                 latency: Callable[[int, int], float], recv_blocks: bool = False) -> list[float]:
+                 latency: Callable[[int, int], float], recv_blocks: bool = False,
+                 lead: Callable[[int, Action], float] | None = None) -> list[float]:
     """The timed replay: when each rank ends its row. ``duration(rank, action)`` is how long
-    an action keeps its rank busy (0 for sends and receives), ``latency(a, b)`` a message's
-    time from rank a to rank b. Errors as :func:`replay`."""
-    return _run(rows, recv_blocks, duration, latency)[1]
+    an action keeps its rank busy once its input is there (0 for sends and receives),
+    ``lead(rank, action)`` how long before that it works without it (default 0),
+    ``latency(a, b)`` a message's time from rank a to rank b. Errors as :func:`replay`."""
+    return _run(rows, recv_blocks, duration, latency, lead or (lambda rank, a: 0.0))[1]
 
 
-def _run(rows, recv_blocks, duration, latency) -> tuple[int, list[float]]:
+def _run(rows, recv_blocks, duration, latency, lead) -> tuple[int, list[float]]:
     rank_of: dict[int, int] = {}
     for rank, row in enumerate(rows):
         for a in row:
@@ -139,17 +141,19 @@ def _run(rows, recv_blocks, duration, latency) -> tuple[int, list[float]]:
         return arrived[pair + (k,)]
 
     def start(rank: int, a: Action) -> float:
-        """When ``a`` (which can run) starts: the rank is free and what it waits for has arrived."""
+        """When the part of ``a`` (which can run) that needs its input starts: the rank is free, has
+        done the lead, and what it waits for has arrived."""
         if a.kind in _COMMS:
             if recv_blocks and a.kind.startswith("RECV"):
                 return max(clock[rank], arrival(channel_index[(rank, pc[rank])]))
             return clock[rank]
+        ready = clock[rank] + lead(rank, a)
         if a.kind in ("F", "I", "B"):
             recv = ("RECV_F" if a.kind == "F" else "RECV_B", a.stage, a.microbatch)
             source = a.stage - 1 if a.kind == "F" else a.stage + 1
             if recv in posted[rank] and rank_of.get(source, rank) != rank:
-                return max(clock[rank], arrival(posted[rank][recv][0]))
-        return clock[rank]
+                return max(ready, arrival(posted[rank][recv][0]))
+        return ready
 
     def blocker(rank: int, a: Action):
         """None when action ``a`` can run now, else what it waits for (InputError if never)."""
