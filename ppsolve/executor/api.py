@@ -65,8 +65,12 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
         from ppsolve.export.torch_csv import to_compute_comms_csv
         csv_text = to_compute_comms_csv(schedule)
     elif runtime == "torchtitan":
+        import importlib.util
+
         from ppsolve.export.torch_csv import to_torch_csv
-        from ppsolve.export.torchtitan import schedule_name
+        from ppsolve.export.torchtitan import INSTALL, schedule_name
+        if importlib.util.find_spec("torchtitan") is None:
+            raise InputError("--runtime", f"torchtitan is not installed: {INSTALL}")
         schedule_name(problem)
         csv_text = to_torch_csv(schedule)
     return spec, csv_text

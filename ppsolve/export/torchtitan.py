@@ -43,6 +43,8 @@ from ppsolve.schedule import Schedule
 CSV, PLAN, COMMS = "schedule.csv", "schedule.plan.json", "schedule.comms.csv"
 CONFIG, ARGS = "torchtitan_config.py", "torchtitan.args"
 VERSION = "0.3.0"
+INSTALL = (f"pip install --no-deps torchtitan=={VERSION} && pip install spmd_types==0.2.3 tyro "
+           "(ppsolve's [torchtitan] extra)")
 
 
 def loop_placement(devices: int, chunks: int) -> tuple[int, ...]:

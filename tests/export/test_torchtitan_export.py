@@ -13,13 +13,13 @@ from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
 from ppsolve.export.torch_lowering import timing
 from ppsolve.export.torch_replay import parse_rows, replay_times
-from ppsolve.export.torchtitan import model_parts, schedule_name
+from ppsolve.export.torchtitan import INSTALL, model_parts, schedule_name
 from ppsolve.methods import RunOptions, run_method
 from ppsolve.problem import problem_from_dict
 from tests.executor.helpers import mixed_levers, pipelined_orders, problem
 from tests.helpers import schedule_from_orders
 
-TORCHTITAN = "pip install --no-deps torchtitan==0.3.0 && pip install -e '.[torchtitan]'"
+TORCHTITAN = INSTALL
 
 
 def _problem(devices=2, microbatches=4, chunks=1, placement="linear", forward=1, p2p=0, **extra):
@@ -139,3 +139,18 @@ def test_no_comms_file_where_pytorchs_placement_keeps_the_plan(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert not (out / "schedule.comms.csv").exists() and "comms=" not in printed
     assert "ZBVZeroBubble" in printed and "(+0.0%)" in printed
+
+
+def test_running_on_torchtitan_without_it_is_one_line_saying_how_to_install(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    import importlib.util
+
+    from tests.executor.helpers import MODELS
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchtitan" else real(name, *a))
+    path = tmp_path / "s.json"
+    _delayed().save(path)
+    assert main(["run", str(path), "--model", str(MODELS / "gpt-tiny.json"), "--runtime", "torchtitan"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install --no-deps torchtitan==0.3.0" in err
