@@ -18,8 +18,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--unit-us", type=float, default=None,
                         help="chrome-trace: microseconds per time unit of the problem (default 1000: times are ms)")
     parser.add_argument("--format", choices=("compute_comms", "compute_only"), default=None,
-                        help="torch: compute_comms (default: sends and receives placed by ppsolve, and a side file "
-                             "for offload and recompute, s.csv -> s.plan.json) or compute_only (PyTorch places them)")
+                        help="torch: compute_comms (default: sends and receives placed by ppsolve) or compute_only "
+                             "(PyTorch places them); either way a side file for offload and recompute, "
+                             "s.csv -> s.plan.json")
     return parser
 
 
