@@ -8,7 +8,8 @@ the communication), and runs the side plan with
 :func:`ppsolve.executor.torchtitan.apply_plan`, as the export tells a user to:
 with ``comms=`` ppsolve's placement where PyTorch's would delay the plan. Every step,
 the compute and side-file actions the rank ran must be the CSV's row with the side
-file's actions where the plan puts them.
+file's actions where the plan puts them, and where PyTorch's lowering runs, it must be the one
+:func:`ppsolve.export.torch_lowering.pytorch_rows` gives the replay.
 
 torchtitan does not scale gradients by the microbatch count (its loss does); they are
 divided by it here to compare with the reference run (a mean over microbatches), and
@@ -31,8 +32,8 @@ from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, RankResult
 from ppsolve.executor.torch_runtime import expected_log, measured
 from ppsolve.executor.torchtitan import apply_plan
-from ppsolve.export.torch_csv import to_compute_comms_csv
-from ppsolve.export.torch_lowering import timing
+from ppsolve.export.torch_csv import compute_only_rows, to_compute_comms_csv
+from ppsolve.export.torch_lowering import pytorch_rows, timing
 from ppsolve.export.torchtitan import module_fqns, schedule_name
 
 
@@ -87,6 +88,11 @@ def run_rank_torchtitan(job: Job, rank: int, device: Device | None = None) -> Ra
                                         pipeline_parallel_schedule_csv=csv, pipeline_parallel_microbatch_size=b)
         pp_schedule = _build_pipeline_schedule(parallelism=parallelism, local_batch_size=M * b, stages=stages,
                                                loss_fn=lambda out, target: (loss(out, target), None))
+        if comms is None:  # the replay's view of PyTorch's lowering is the one this schedule runs
+            lowered = [str(a) for a in pp_schedule.pipeline_order_with_comms[rank]]
+            if lowered != pytorch_rows(compute_only_rows(schedule), problem.placement, M)[rank]:
+                raise RuntimeError(f"rank {rank}: PyTorch lowered the CSV to {lowered}, not what "
+                                   "ppsolve.export.torch_lowering.pytorch_rows replays")
         plan = apply_plan(pp_schedule, job.torch_plan, comms=comms, device=dev)
     plan.log = log = []
     expected = expected_log(job.csv_text.splitlines()[rank].split(","), job.torch_plan, rank)

@@ -3,8 +3,8 @@ model and maps stages to ranks from the exported schedule name (``_pipeline_modu
 the schedule from the compute-only CSV (``_build_pipeline_schedule``: PyTorch places the sends and
 receives) and ``ppsolve.executor.torchtitan.apply_plan`` runs the side plan's offloads and
 recomputes. Each plan: loss and gradients equal a single-process run's, every rank ran the CSV's
-compute actions with the side plan's where the plan puts them, and every rank's measured activation
-peak is the predicted one. One launch runs all of them."""
+compute actions with the side plan's where the plan puts them (and, where PyTorch lowers the CSV, the
+lowering the export replays), and every rank's measured activation peak is the predicted one. One launch runs all of them."""
 
 from __future__ import annotations
 
@@ -57,12 +57,13 @@ def test_a_v_plan_with_both_levers_and_one_pytorch_would_delay():
 def test_loop_and_v_plans_with_and_without_levers():
     cases = {
         "1f1b": run_method("1f1b", problem(2, 4), RunOptions()),
+        "1f1b-fused": run_method("1f1b", problem(2, 4, split=False), RunOptions()),
         "interleaved-1f1b": run_method("interleaved-1f1b", problem(2, 4, chunks=2, placement="interleaved"),
                                        RunOptions()),
         "zb-v": run_method("zb-v", problem(2, 4, chunks=2, placement="vshape"), RunOptions()),
         "levers-interleaved": _both_levers("interleaved"),
     }
     assert [schedule_name(s.problem) for s in cases.values()] == [
-        "1F1B", "Interleaved1F1B", "ZBVZeroBubble", "Interleaved1F1B"]
+        "1F1B", "1F1B", "Interleaved1F1B", "ZBVZeroBubble", "Interleaved1F1B"]
     assert not any(timing(s).delayed for s in cases.values())  # PyTorch's own placement runs them
     _run_and_assert(cases)

@@ -154,3 +154,18 @@ def test_running_on_torchtitan_without_it_is_one_line_saying_how_to_install(tmp_
     assert main(["run", str(path), "--model", str(MODELS / "gpt-tiny.json"), "--runtime", "torchtitan"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install --no-deps torchtitan==0.3.0" in err
+
+
+def test_without_torch_the_export_says_pytorchs_placement_was_not_replayed(tmp_path, capsys, monkeypatch):
+    import ppsolve.export.torch_lowering as lowering
+
+    def no_torch(*args):
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(lowering, "pytorch_rows", no_torch)
+    path, out = tmp_path / "s.json", tmp_path / "tt"
+    _delayed().save(path)
+    assert main(["export", str(path), "--to", "torchtitan", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "planned 21, replayed with ppsolve's sends and receives 21; PyTorch's own placement not replayed" in printed
+    assert not (out / "schedule.comms.csv").exists()
