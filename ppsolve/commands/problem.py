@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_stages(problem))
     print(render_k_table(model, hardware))
-    warn(problem, hardware.gpu.hbm_gib)
+    if not args.documents:  # the plausibility warnings read one value per stage
+        warn(problem, hardware.gpu.hbm_gib)
     print(f"wrote {args.output}")
     return 0

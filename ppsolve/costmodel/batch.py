@@ -63,18 +63,18 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
     return [loader, chosen]
 
 
-def step_1f1b(problem: Problem) -> float | None:
-    """The makespan of 1F1B on ``problem`` (ignoring its memory cap); None where 1F1B does not apply."""
+def step_1f1b(problem: Problem) -> float | str:
+    """The makespan of 1F1B on ``problem`` (its memory cap ignored), or why there is none."""
     from ppsolve.method_types import RunOptions
     from ppsolve.methods import run_method
 
     try:
         return run_method("1f1b", problem, RunOptions(ignore_capacity=True)).makespan
-    except PpsolveError:
-        return None
+    except PpsolveError as exc:
+        return f"n/a ({exc})"
 
 
-def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed], float | None]) -> str:
+def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed], float | str]) -> str:
     """One line per way of forming the microbatches: count, imbalance, critical cost range, 1F1B step time."""
     documents = sum(map(len, formed[0].microbatches))
     lines = [f"documents: {documents}, token budget {budget} per microbatch; critical cost = F + B + W ms of the "
@@ -84,7 +84,7 @@ def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed]
         lines.append(f"  {f.how + ':':<11} {len(f.microbatches):>5} microbatches, imbalance {f.imbalance:.3f} "
                      f"(critical ms {min(f.costs):.2f} to {max(f.costs):.2f}, tokens {min(map(sum, f.microbatches))} "
                      f"to {max(map(sum, f.microbatches))}), 1F1B step "
-                     + ("n/a (linear placement only)" if step is None else f"{step:.2f} ms"))
+                     + (step if isinstance(step, str) else f"{step:.2f} ms"))
     return "\n".join(lines)
 
 

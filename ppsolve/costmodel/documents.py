@@ -19,7 +19,8 @@ the model description, whatever the microbatch holds.
 
 The documents file is either a JSON list of microbatches, each a list of document lengths in
 tokens (microbatches as the data loader formed them), or an object ``{"documents": [lengths...],
-"tokens_per_microbatch": N}`` of documents in the loader's order, for ``packing`` to form them.
+"tokens_per_microbatch": N}`` of documents in the loader's order, for ``packing`` to form them (fields
+starting with ``x-`` are annotations, kept out of the way).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def batch_from_data(data: Any, where: str = WHERE) -> Batch:
     if not isinstance(data, dict):
         raise InputError(where, "must be a list of microbatches (lists of document lengths) or an object "
                                 f"with {' and '.join(BATCH_KEYS)}")
-    unknown = sorted(set(data) - set(BATCH_KEYS))
+    unknown = sorted(k for k in set(data) - set(BATCH_KEYS) if not str(k).startswith("x-"))
     if unknown:
         raise InputError(f"{where}.{unknown[0]}", f"unknown field; known: {', '.join(BATCH_KEYS)}")
     if "documents" not in data:
