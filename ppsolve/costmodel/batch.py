@@ -93,11 +93,11 @@ def render_microbatch_stages(data: dict) -> str:
     rows = [("forward ms", data["time"]["forward"]), ("backward_input ms", data["time"]["backward_input"]),
             ("backward_weight ms", data["time"]["backward_weight"]),
             ("activation GiB", data["memory"]["activation"])]
-    if isinstance(data["memory"].get("weight_hold"), list):
+    if data.get("backward", "split") == "split":
         rows.append(("weight_hold GiB", data["memory"]["weight_hold"]))
+    spread = lambda values: (min(values), max(values)) if isinstance(values, list) else (values, values)  # noqa: E731
     lines = ["  per stage, least to most over the microbatches:"]
     for label, grid in rows:
-        lines.append(f"  {label:<20}" + " ".join(f"{min(r):>8.3f}-{max(r):<8.3f}" for r in grid))
-    p2p = data["time"]["p2p"]
-    lines.append(f"  p2p ms {min(p2p):g} to {max(p2p):g}")
+        lines.append(f"  {label:<20}" + " ".join("{:>8.3f}-{:<8.3f}".format(*spread(row)) for row in grid))
+    lines.append("  p2p ms {:g} to {:g}".format(*spread(data["time"]["p2p"])))
     return "\n".join(lines)

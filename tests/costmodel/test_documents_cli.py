@@ -106,3 +106,21 @@ def test_split_documents_lets_a_long_one_through(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["problem", *COMMON, "--documents", path, "--split-documents", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["x-costmodel"]["documents"]["microbatches"] == [[100, 8092], [908]]
+
+
+@needs_v4
+@pytest.mark.parametrize("extra", [["--recompute", "decide", "--offload"],
+                                   ["--backward", "fused", "--tensor-parallel", "2", "--sequence-parallel",
+                                    "--context-parallel", "2"],
+                                   ["--chunks", "2", "--placement", "vshape", "--capacity", "none"]])
+def test_every_parallel_option_gets_per_microbatch_figures(tmp_path, capsys, extra):
+    out = tmp_path / "p.json"
+    docs = _write(tmp_path, [[8192], [2048] * 4])
+    assert main(["problem", *COMMON, "--documents", docs, *extra, "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    stages = 4 * (2 if "--chunks" in extra else 1)
+    for grid in (data["time"]["forward"], data["time"]["backward_input"], data["memory"]["activation"]):
+        assert len(grid) == stages and all(len(row) == 2 for row in grid)
+    if "decide" in extra:
+        assert all(len(row) == 2 for row in data["recompute"]["keep"])
+    assert "per stage, least to most" in capsys.readouterr().out
