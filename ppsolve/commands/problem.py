@@ -74,6 +74,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def _documents(args: argparse.Namespace, model, hardware, layout, given):
+    """The layout with the packed microbatches' count, the problem builder of a partition, and the packing
+    summary (its 1F1B step times at the partition ``given``)."""
+    from dataclasses import replace
+
+    from ppsolve.costmodel.batch import form_microbatches, render_formed, step_1f1b, token_budget
+    from ppsolve.costmodel.documents import build_documents_problem, microbatch_time, read_batch
+
+    batch = read_batch(args.documents)
+    budget = token_budget(batch, args.tokens_per_microbatch, model)
+    formed = form_microbatches(batch, budget, args.pack, args.split_documents,
+                               microbatch_time(model, hardware, layout, given))
+    layout = replace(layout, microbatches=len(formed[-1].microbatches))
+    make = lambda partition, mbs=formed[-1].microbatches: build_documents_problem(  # noqa: E731
+        model, hardware, layout, partition, mbs)
+    return layout, make, render_formed(formed, budget, lambda f: step_1f1b(make(given, f.microbatches)))
+
+
 def _check_documents_flags(args: argparse.Namespace) -> None:
     """--documents replaces --microbatches and --micro-batch-size; the packing flags need it."""
     from ppsolve.errors import InputError
@@ -146,17 +164,7 @@ def run(args: argparse.Namespace) -> int:
                                                                                      layout.stages)
     make = lambda partition: build_problem(model, hardware, layout, partition)  # noqa: E731
     if args.documents:
-        from ppsolve.costmodel.batch import form_microbatches, render_formed, step_1f1b, token_budget
-        from ppsolve.costmodel.documents import build_documents_problem, microbatch_time, read_batch
-
-        batch = read_batch(args.documents)
-        budget = token_budget(batch, args.tokens_per_microbatch, model)
-        formed = form_microbatches(batch, budget, args.pack, args.split_documents,
-                                   microbatch_time(model, hardware, layout, given))
-        layout = replace(layout, microbatches=len(formed[-1].microbatches))
-        make = lambda partition, mbs=formed[-1].microbatches: build_documents_problem(  # noqa: E731
-            model, hardware, layout, partition, mbs)
-        summary = render_formed(formed, budget, lambda f: step_1f1b(make(given, f.microbatches)))
+        layout, make, summary = _documents(args, model, hardware, layout, given)
     if auto:
         from ppsolve.costmodel.search import search_partition
 
