@@ -169,7 +169,7 @@ class _Checker:
             if op.start < -self.eps:
                 self.add("start", f"{op.op} starts at {op.start:g} < 0", op)
             if op.kind in TRANSFER_KINDS:
-                limit = p.max_offload(op.stage)
+                limit = p.max_offload(op.stage, op.microbatch)
                 if not 0 < op.amount <= limit + self.eps:
                     self.add("amount", f"{op.op} moves {op.amount:g}; allowed is (0, {limit:g}] "
                                        f"(fraction x activation of stage {op.stage})", op)
@@ -177,7 +177,7 @@ class _Checker:
                     off = self.by_op.get(Op(_OFF, op.stage, op.microbatch))
                     if off is not None and abs(off.amount - op.amount) > self.eps:
                         self.add("amount", f"{op.op} reloads {op.amount:g} but OFFLOAD moved {off.amount:g}", op)
-            expected = p.duration(op.kind, op.stage, op.amount)
+            expected = p.duration(op.kind, op.stage, op.microbatch, amount=op.amount)
             if abs(op.duration - expected) > self.eps:
                 self.add("duration", f"{op.op} lasts {op.duration:g}, its duration is {expected:g}", op)
 
@@ -198,7 +198,7 @@ class _Checker:
                 earlier = get(dep.op(op.microbatch))
                 if earlier is None:
                     continue  # a missing op is reported by completeness
-                self._after(dep.rule, op, earlier, dep.lag, _WHAT[dep.rule, op.kind])
+                self._after(dep.rule, op, earlier, dep.lag_of(self.problem, op.microbatch), _WHAT[dep.rule, op.kind])
 
     def overlaps(self) -> None:
         p = self.problem
