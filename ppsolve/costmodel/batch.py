@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from ppsolve.costmodel.descriptions import Transformer
 from ppsolve.costmodel.documents import Batch, MicrobatchTime
 from ppsolve.costmodel.packing import imbalance, pack_balance, pack_sequential
-from ppsolve.errors import InputError, PpsolveError
+from ppsolve.errors import InputError
 from ppsolve.problem import Problem
 
 
@@ -64,14 +64,16 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
 
 
 def step_1f1b(problem: Problem) -> float | str:
-    """The makespan of 1F1B on ``problem`` (its memory cap ignored), or why there is none."""
-    from ppsolve.method_types import RunOptions
-    from ppsolve.methods import run_method
+    """The planned step time of 1F1B on ``problem``: its orders timed by the simulator (memory not capped),
+    or why there is none."""
+    from ppsolve.baselines.onef1b import onef1b_orders
+    from ppsolve.methods import get_method
+    from ppsolve.simulator import simulate
 
-    try:
-        return run_method("1f1b", problem, RunOptions(ignore_capacity=True)).makespan
-    except PpsolveError as exc:
-        return f"n/a ({exc})"
+    reason = get_method("1f1b").why_not(problem)
+    if reason is not None:
+        return f"n/a ({reason})"
+    return max(op.end for op in simulate(problem, onef1b_orders(problem)))
 
 
 def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed], float | str]) -> str:

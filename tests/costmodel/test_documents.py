@@ -127,3 +127,18 @@ def test_documents_file_forms():
     assert given.microbatches == ((3, 4), (5,)) and given.documents == (3, 4, 5)
     flat = batch_from_data({"documents": [3, 4, 5], "tokens_per_microbatch": 8})
     assert flat.microbatches is None and flat.tokens_per_microbatch == 8
+
+
+def test_1f1b_step_on_one_device_is_all_its_work():
+    from ppsolve.costmodel.batch import step_1f1b
+    from ppsolve.costmodel.documents import build_documents_problem
+
+    model = transformer_from_dict({**TINY, "hidden": 256, "heads": 4, "sequence": 4096})
+    layout = Layout(devices=1, microbatches=1, capacity=None)
+    problem = build_documents_problem(model, H100, layout, Partition((2,)), [[4096], [1000, 3000], [64] * 8])
+    data = problem.to_dict()
+    work = sum(sum(data["time"][k][0]) for k in ("forward", "backward_input", "backward_weight"))
+    assert step_1f1b(problem) == pytest.approx(work)
+    vshape = build_documents_problem(model, H100, Layout(devices=1, chunks=2, placement="vshape", microbatches=1,
+                                                         capacity=None), Partition((1, 1)), [[8]])
+    assert step_1f1b(vshape).startswith("n/a (needs linear placement")
