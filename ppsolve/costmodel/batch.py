@@ -46,6 +46,8 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
     """The loader's microbatches (the file's, or ``sequential``), then those ``pack`` forms if it re-forms them:
     the last is the problem's."""
     formed = lambda how, mbs: Formed(how, tuple(map(tuple, mbs)), tuple(map(cost.of_documents, mbs)))  # noqa: E731
+    if pack is not None or batch.microbatches is None:
+        _refuse_long_documents(batch, budget, split)
     if batch.microbatches is None:
         loader = formed("sequential", pack_sequential(batch.documents, budget, split))
     else:
@@ -61,6 +63,20 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
                                                     f"{budget} per microbatch (--tokens-per-microbatch)")
         return [loader]
     return [loader, chosen]
+
+
+def _refuse_long_documents(batch: Batch, budget: int, split: bool) -> None:
+    """A document longer than the budget, named where the file has it, unless it may be split."""
+    if split:
+        return
+    if batch.microbatches is None:
+        places = [(f"documents.documents[{i}]", n) for i, n in enumerate(batch.documents)]
+    else:
+        places = [(f"documents[{j}][{i}]", n) for j, mb in enumerate(batch.microbatches) for i, n in enumerate(mb)]
+    for where, length in places:
+        if length > budget:
+            raise InputError(where, f"{length} tokens do not fit the token budget of {budget} per microbatch "
+                                    "(documents are not split unless --split-documents)")
 
 
 def step_1f1b(problem: Problem) -> float | str:

@@ -77,7 +77,8 @@ def test_uniform_path_is_untouched_by_the_new_flags(tmp_path):
 
 @pytest.mark.parametrize("docs, extra, field", [
     ([[9000]], [], "documents[0]"),  # over the model's 8192 tokens a microbatch
-    ({"documents": [100, 9000]}, [], "documents[1]"),  # a document longer than the budget, not split
+    ({"documents": [100, 9000]}, [], "documents.documents[1]"),  # a document longer than the budget, not split
+    ([[100], [100, 9000]], ["--pack", "balance"], "documents[1][1]"),
     ([[100, 0]], [], "documents[0][1]"),
     ({"documents": [100, -4]}, [], "documents.documents[1]"),
     ([], [], "documents"),
