@@ -108,6 +108,9 @@ def _check_documents_flags(args: argparse.Namespace) -> None:
         if value is not None:
             raise InputError(flag, "with --documents the microbatches are the file's (one packed sequence each); "
                                    "leave it out")
+    if args.partition.strip() == "auto":
+        raise InputError("--partition", "auto is not offered with --documents: the partition search scores "
+                                        "partitions by bounds that read one value per stage; give the partition")
 
 
 def _capacity(text: str):

@@ -86,6 +86,7 @@ def test_uniform_path_is_untouched_by_the_new_flags(tmp_path):
     ({"documents": [1] * (MAX_DOCUMENTS + 1)}, [], "documents.documents"),
     ([[100]], ["--microbatches", "4"], "--microbatches"),
     ([[100]], ["--tokens-per-microbatch", "0"], "--tokens-per-microbatch"),
+    ([[100]], ["--partition", "auto"], "--partition"),
 ])
 def test_bad_documents_one_line_exit_2(tmp_path, capsys, docs, extra, field):
     path = _write(tmp_path, docs)
