@@ -1,8 +1,8 @@
 """How far the cost model's per-microbatch scaling is from a measurement (``ppsolve profile --lengths``).
 
-For each length T (tokens of one microbatch, one document) the stages are measured with the profiler
+For each length T (tokens of a sequence, one document) the stages are measured with the profiler
 (:func:`profiler.profile` at sequence T) and F, B, W and the activation bytes are summed over the stages.
-The cost model predicts the same sums from its formulas at sequence T, micro-batch size 1 per sample,
+The cost model predicts the same sums from its formulas at sequence T (the model's micro-batch size),
 as the executor runs them: fp32, attention written out (every pair of the T tokens scored and masked
 after, its T x T tensors kept: ``flash_attention`` off). Both are taken relative to the first length, so
 the report is about the scaling, not the speed (the cost model takes that from a GPU profile):
