@@ -266,6 +266,12 @@ class Problem:
         return sum(self.stage_load(s) for s in self.stages_of_device[device])
 
     @cached_property
+    def microbatch_work(self) -> tuple[float, ...]:
+        """Per microbatch, the compute time of its F, B (and W) over every stage: its critical cost."""
+        work = sum(self.durations[k].array.sum(axis=0) for k in self.kinds)
+        return tuple(float(w) for w in work)
+
+    @cached_property
     def total_compute(self) -> float:
         return sum(self.device_load(d) for d in range(self.devices))
 

@@ -183,6 +183,10 @@ def title_lines(schedule: Schedule) -> tuple[str, str]:
              f"capacity {cap_text}"]
     if schedule.offloaded:
         parts.append(f"offloaded {schedule.offloaded:g}")
+    if problem.per_microbatch:
+        work = problem.microbatch_work
+        slowest = max(range(len(work)), key=work.__getitem__)
+        parts.append(f"slowest microbatch {slowest} ({work[slowest] / (sum(work) / len(work)):.2f}x the mean)")
     return head, "   ".join(parts)
 
 
