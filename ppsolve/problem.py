@@ -253,6 +253,18 @@ class Problem:
             return 2 * link + 1
         return 2 * link
 
+    @property
+    def link_lanes(self) -> tuple[str, ...]:
+        """The names of a device's host-link lanes: d2h and h2d, or one ``link`` lane when not duplex."""
+        return ("link",) if self.offload is not None and not self.offload.duplex else ("d2h", "h2d")
+
+    def lane_name(self, kind: OpKind) -> str:
+        """The lane an op of ``kind`` runs on: ``compute``, or its host-link lane (see :attr:`link_lanes`)."""
+        if kind.is_compute:
+            return "compute"
+        lanes = self.link_lanes
+        return lanes[0] if len(lanes) == 1 or kind is OpKind.OFFLOAD else lanes[1]
+
     def compute_ops(self) -> list[Op]:
         """Every compute op of one iteration."""
         return [Op(kind, s, j) for s in range(self.num_stages) for j in range(self.microbatches) for kind in self.kinds]
