@@ -19,7 +19,7 @@ from ppsolve.gcpause import without_gc
 from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
-from ppsolve.tolerance import MODEL_EPS, slack
+from ppsolve.tolerance import MODEL_EPS, exceeds, slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -169,7 +169,7 @@ class _Checker:
             if op.start < -self.eps:
                 self.add("start", f"{op.op} starts at {op.start:g} < 0", op)
             if op.kind in TRANSFER_KINDS:
-                limit = p.max_offload(op.stage)
+                limit = p.max_offload(op.stage, op.microbatch)
                 if not 0 < op.amount <= limit + self.eps:
                     self.add("amount", f"{op.op} moves {op.amount:g}; allowed is (0, {limit:g}] "
                                        f"(fraction x activation of stage {op.stage})", op)
@@ -177,7 +177,7 @@ class _Checker:
                     off = self.by_op.get(Op(_OFF, op.stage, op.microbatch))
                     if off is not None and abs(off.amount - op.amount) > self.eps:
                         self.add("amount", f"{op.op} reloads {op.amount:g} but OFFLOAD moved {off.amount:g}", op)
-            expected = p.duration(op.kind, op.stage, op.amount)
+            expected = p.duration(op.kind, op.stage, op.microbatch, amount=op.amount)
             if abs(op.duration - expected) > self.eps:
                 self.add("duration", f"{op.op} lasts {op.duration:g}, its duration is {expected:g}", op)
 
@@ -198,7 +198,7 @@ class _Checker:
                 earlier = get(dep.op(op.microbatch))
                 if earlier is None:
                     continue  # a missing op is reported by completeness
-                self._after(dep.rule, op, earlier, dep.lag, _WHAT[dep.rule, op.kind])
+                self._after(dep.rule, op, earlier, dep.lag_of(self.problem, op.microbatch), _WHAT[dep.rule, op.kind])
 
     def overlaps(self) -> None:
         p = self.problem
@@ -234,7 +234,7 @@ class _Checker:
             level = 0.0
             for time, delta in events[device]:
                 level += delta
-                if level > cap + self.eps:
+                if exceeds(level, cap):
                     self.add("memory", f"device {device} holds {level:g} at time {time:g}, capacity is {cap:g}",
                              time=time)
                     break

@@ -22,16 +22,24 @@ _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFL
 
 
 class Dependency(NamedTuple):
-    """``kind`` of ``stage`` (same microbatch) must end ``lag`` before the waiting op starts."""
+    """``kind`` of ``stage`` (same microbatch) must end ``lag_of(problem, j)`` before the waiting op of
+    microbatch j starts: the p2p latency of j when ``crosses`` (the two stages are on different devices),
+    else 0. ``lag`` is the least of those over the microbatches: the lag itself when every microbatch has
+    the same latency, and a valid lower bound otherwise."""
 
     kind: OpKind
     stage: int
     lag: float
     rule: str
     optional: bool = False
+    crosses: bool = False
 
     def op(self, microbatch: int) -> Op:
         return Op(self.kind, self.stage, microbatch)
+
+    def lag_of(self, problem: Problem, microbatch: int) -> float:
+        """The lag for ``microbatch``."""
+        return problem.p2p_times[microbatch] if self.crosses else 0.0
 
 
 RULES = {
@@ -46,7 +54,7 @@ RULES = {
 
 def _forward(p: Problem, s: int) -> tuple[Dependency, ...]:
     """Rule 1: F(s,j) after F(s-1,j) + lat(s-1,s)."""
-    return (Dependency(_F, s - 1, p.latency(s - 1, s), "R1"),) if s > 0 else ()
+    return (_message(p, _F, s - 1, s, "R1"),) if s > 0 else ()
 
 
 def _backward(p: Problem, s: int) -> tuple[Dependency, ...]:
@@ -55,8 +63,14 @@ def _backward(p: Problem, s: int) -> tuple[Dependency, ...]:
     if s == p.num_stages - 1:
         upstream = Dependency(_F, s, 0.0, "R2")
     else:
-        upstream = Dependency(_B, s + 1, p.latency(s, s + 1), "R3")
+        upstream = _message(p, _B, s + 1, s, "R3")
     return (upstream, Dependency(_REL, s, 0.0, "R5", optional=True), Dependency(_R, s, 0.0, "R9", optional=True))
+
+
+def _message(p: Problem, kind: OpKind, sender: int, receiver: int, rule: str) -> Dependency:
+    """A wait for ``kind`` of ``sender`` across the p2p link when the two stages are on different devices."""
+    crosses = p.placement[sender] != p.placement[receiver]
+    return Dependency(kind, sender, min(p.p2p_times) if crosses else 0.0, rule, crosses=crosses)
 
 
 def _weight(p: Problem, s: int) -> tuple[Dependency, ...]:

@@ -17,26 +17,31 @@ _KEPT_F = len(KIND_CODE)  # the row of a recomputed forward, which allocates onl
 
 
 def _signed_sizes(problem: Problem) -> np.ndarray:
-    """Per kind code and stage, the signed amount of an op's one memory event: +activation at
+    """Per kind code, stage and microbatch, the signed amount of an op's one memory event: +activation at
     the start of F (+keep when (s,j) is recomputed, row ``_KEPT_F``), +(activation - keep) at the
     start of R, what B (and W when split) release at their end; transfers move their amount
     (+ at the start of RELOAD, - at the end of OFFLOAD) and have no entry here."""
-    S = problem.num_stages
-    sizes = np.zeros((len(KIND_CODE) + 1, S))
-    sizes[KIND_CODE[_F]] = problem.activation
-    for kind in (_B, _W):
-        sizes[KIND_CODE[kind]] = [-problem.released_by(kind, s) for s in range(S)]
+    S, M = problem.num_stages, problem.microbatches
+    sizes = np.zeros((len(KIND_CODE) + 1, S, M))
+    act = problem.activation.array
+    hold = problem.weight_hold.array if problem.split_backward else np.zeros((S, M))
+    sizes[KIND_CODE[_F]] = act
+    sizes[KIND_CODE[_B]] = -(act - hold)
+    sizes[KIND_CODE[_W]] = -hold
     if problem.recompute is not None:
-        sizes[_KEPT_F] = problem.recompute.keep
-        sizes[KIND_CODE[_R]] = [problem.recompute_saving(s) for s in range(S)]
+        keep = problem.recompute.keep.array
+        sizes[_KEPT_F] = keep
+        sizes[KIND_CODE[_R]] = act - keep
     return sizes
 
 
 class _Events:
-    """Every op's memory event as columns, grouped by device and sorted as they count:
-    by time, releases before allocations at one instant, otherwise in the order of ``ops``.
-    ``ops`` are ScheduledOp-like objects (kind, stage, start, end, amount); the event is on
-    the device that holds the op's stage."""
+    """Every op's memory event as columns, grouped by device and sorted as they count: by time;
+    at one instant releases before allocations, except that an activation whose own allocation
+    (its F's, or its R's) is at the same instant as its release counts that allocation first
+    (zero-length ops: a runtime allocates before it frees); otherwise in the order of ``ops``.
+    ``ops`` are ScheduledOp-like objects (kind, stage, microbatch, start, end, amount); the event
+    is on the device that holds the op's stage."""
 
     def __init__(self, problem: Problem, ops: Iterable):
         ops = list(ops)
@@ -45,10 +50,11 @@ class _Events:
             raise ValueError(f"no memory rule for op kind {ops[codes.index(-1)].kind!r}")
         code = np.array(codes, dtype=np.int64)
         stage = np.array([op.stage for op in ops], dtype=np.int64)
+        mb = np.array([op.microbatch for op in ops], dtype=np.int64)
         amount = np.array([op.amount for op in ops], dtype=float)
         allocates = (code == KIND_CODE[_F]) | (code == KIND_CODE[_REL]) | (code == KIND_CODE[_R])
-        time = np.where(allocates, np.array([op.start for op in ops], dtype=float),
-                        np.array([op.end for op in ops], dtype=float))
+        start = np.array([op.start for op in ops], dtype=float)
+        time = np.where(allocates, start, np.array([op.end for op in ops], dtype=float))
         delta = np.where(code == KIND_CODE[_OFF], -amount, np.where(code == KIND_CODE[_REL], amount, 0.0))
         compute = code < KIND_CODE[_OFF]
         recomputed = {(op.stage, op.microbatch) for op in ops if op.kind is _R}
@@ -59,13 +65,36 @@ class _Events:
                     row[i] = _KEPT_F
         else:
             row = code
-        delta[compute] = _signed_sizes(problem)[row[compute], stage[compute]]
+        delta[compute] = _signed_sizes(problem)[row[compute], stage[compute], mb[compute]]
+        tier = np.where(allocates, 2, 0)
+        within = np.zeros(len(ops), dtype=np.int64)
+        self._count_own_allocations_first(code, stage, mb, time, delta, tier, within)
         device = np.asarray(problem.placement, dtype=np.int64)[stage]
         keep = delta != 0
-        device, time, allocates, delta = device[keep], time[keep], allocates[keep], delta[keep]
-        order = np.lexsort((allocates, time, device))
+        device, time, tier, within, delta = device[keep], time[keep], tier[keep], within[keep], delta[keep]
+        order = np.lexsort((within, tier, time, device))
         self.time, self.delta = time[order], delta[order]
         self.bounds = np.searchsorted(device[order], np.arange(problem.devices + 1)).tolist()
+
+    @staticmethod
+    def _count_own_allocations_first(code, stage, mb, time, delta, tier, within) -> None:
+        """The tie rule's exception: where a release of (s, j) (end of B, W or OFFLOAD) is at the instant of
+        an allocation of (s, j) by its F or R, both count after the other releases and before the other
+        allocations (tier 1): each such activation in turn, in the order of its allocations in ``ops``,
+        its allocations before its releases (``within``)."""
+        owner = (code == KIND_CODE[_F]) | (code == KIND_CODE[_R])
+        releases = (code == KIND_CODE[_B]) | (code == KIND_CODE[_W]) | (code == KIND_CODE[_OFF])
+        if not owner.any() or not releases.any():
+            return
+        allocated_at: dict[tuple[int, int, float], list[int]] = {}
+        for i in np.flatnonzero(owner).tolist():
+            allocated_at.setdefault((int(stage[i]), int(mb[i]), float(time[i])), []).append(i)
+        for i in np.flatnonzero(releases).tolist():
+            own = allocated_at.get((int(stage[i]), int(mb[i]), float(time[i])))
+            if own and delta[i] != 0:
+                tier[i] = tier[own] = 1
+                within[own] = [2 * k for k in own]
+                within[i] = 2 * max(own) + 1
 
     def of(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """(times, signed amounts) of one device's events, in the order they count."""
@@ -79,7 +108,8 @@ def memory_events(problem: Problem, ops: Iterable) -> list[list[tuple[float, flo
     +activation at the start of F (+keep when the schedule recomputes (s,j), and
     +(activation - keep) at the start of R), -amount at the end of OFFLOAD, +amount at the
     start of RELOAD, releases at the end of B (and W when split). Events are sorted
-    by time with releases before allocations at one instant.
+    by time with releases before allocations at one instant, except SPEC's tie rule for an
+    activation allocated and released at one instant (its allocation first).
     ``ops`` are ScheduledOp-like objects (kind, stage, device, start, end, amount).
     """
     events = _Events(problem, ops)

@@ -13,6 +13,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
+from ppsolve.costs import Grid, PerMicrobatchError, parse_grid, parse_per_microbatch
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json
 from ppsolve.limits import check_counts, check_time_range, check_transfer_time
@@ -75,28 +78,35 @@ class OffloadConfig:
 
 @dataclass(frozen=True)
 class RecomputeConfig:
-    """Contract version 3: what a recomputed forward keeps until its recompute, and how long R lasts."""
+    """Contract version 3: what a recomputed forward keeps until its recompute, and how long R lasts
+    (per stage, or per stage and microbatch)."""
 
-    keep: tuple[float, ...]
-    time: tuple[float, ...]
+    keep: Grid
+    time: Grid
     time_given: bool = False
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A validated ppsolve problem (see SPEC.md). Per-stage values are tuples of length S."""
+    """A validated ppsolve problem (see SPEC.md).
+
+    Times and memory sizes are :class:`~ppsolve.costs.Grid` tables of every (stage, microbatch); read
+    them per op (``duration(kind, s, j)``, ``activation.at(s, j)``). Given per stage, they also read as
+    tuples of S values (``activation[s]``); given per microbatch, that reading raises
+    :class:`~ppsolve.costs.PerMicrobatchError`. ``p2p_times`` holds the latency of each microbatch.
+    """
 
     devices: int
     microbatches: int
     chunks: int
     placement_spec: str | tuple[int, ...]
     split_backward: bool
-    forward: tuple[float, ...]
-    backward_input: tuple[float, ...]
-    backward_weight: tuple[float, ...]
-    p2p: float
-    activation: tuple[float, ...]
-    weight_hold: tuple[float, ...]
+    forward: Grid
+    backward_input: Grid
+    backward_weight: Grid
+    p2p_times: tuple[float, ...]
+    activation: Grid
+    weight_hold: Grid
     capacity: tuple[float | None, ...]
     offload: OffloadConfig | None = None
     recompute: RecomputeConfig | None = None
@@ -156,51 +166,81 @@ class Problem:
         return (OpKind.F, OpKind.B, OpKind.W) if self.split_backward else (OpKind.F, OpKind.B)
 
     @cached_property
-    def _durations(self) -> dict[OpKind, tuple[float, ...]]:
-        backward = self.backward_input if self.split_backward else tuple(
-            b + w for b, w in zip(self.backward_input, self.backward_weight))
-        recompute = self.recompute.time if self.recompute is not None else (0.0,) * self.num_stages
+    def per_microbatch(self) -> bool:
+        """Whether some cost differs between microbatches of one stage (contract version 4)."""
+        grids = [self.forward, self.backward_input, self.backward_weight, self.activation, self.weight_hold]
+        if self.recompute is not None:
+            grids += [self.recompute.keep, self.recompute.time]
+        return any(g.varies for g in grids) or len(set(self.p2p_times)) > 1
+
+    @property
+    def p2p(self) -> float:
+        """The p2p latency, when every microbatch has the same (else PerMicrobatchError)."""
+        if len(set(self.p2p_times)) > 1:
+            raise PerMicrobatchError("time.p2p")
+        return self.p2p_times[0]
+
+    @cached_property
+    def durations(self) -> dict[OpKind, Grid]:
+        """The duration of every compute op, per kind (fused B lasts backward_input + backward_weight)."""
+        backward = self.backward_input if self.split_backward else self.backward_input.combine(
+            "time.backward_input", self.backward_weight, lambda b, w: b + w)
+        recompute = self.recompute.time if self.recompute is not None else self.forward.map(
+            "recompute.time", lambda _: 0.0)
         return {OpKind.F: self.forward, OpKind.B: backward, OpKind.W: self.backward_weight, OpKind.R: recompute}
 
-    def duration(self, kind: OpKind, stage: int, amount: float = 0.0) -> float:
-        """Duration of a compute op, or of a transfer moving ``amount``."""
+    def duration(self, kind: OpKind, stage: int, microbatch: int | None = None, *, amount: float = 0.0) -> float:
+        """Duration of a compute op of (stage, microbatch), or of a transfer moving ``amount``.
+
+        Without ``microbatch``, the stage's one duration (PerMicrobatchError when it differs per microbatch).
+        """
         if kind is OpKind.OFFLOAD:
             return amount / self.offload.d2h
         if kind is OpKind.RELOAD:
             return amount / self.offload.h2d
-        return self._durations[kind][stage]
+        grid = self.durations[kind]
+        return grid[stage] if microbatch is None else grid.at(stage, microbatch)
 
-    def latency(self, a: int, b: int) -> float:
-        """p2p latency between stages a and b: 0 on the same device."""
-        return 0.0 if self.placement[a] == self.placement[b] else self.p2p
+    def latency(self, a: int, b: int, microbatch: int | None = None) -> float:
+        """p2p latency between stages a and b (of ``microbatch``): 0 on the same device."""
+        if self.placement[a] == self.placement[b]:
+            return 0.0
+        return self.p2p if microbatch is None else self.p2p_times[microbatch]
 
-    def released_by(self, kind: OpKind, stage: int) -> float:
-        """Memory released at the end of a B or W of ``stage``."""
+    def released_by(self, kind: OpKind, stage: int, microbatch: int | None = None) -> float:
+        """Memory released at the end of a B or W of ``stage`` (of ``microbatch``)."""
+        at = (lambda grid: grid[stage]) if microbatch is None else (lambda grid: grid.at(stage, microbatch))
         if kind is OpKind.B:
-            return self.activation[stage] - (self.weight_hold[stage] if self.split_backward else 0.0)
+            return at(self.activation) - (at(self.weight_hold) if self.split_backward else 0.0)
         if kind is OpKind.W:
-            return self.weight_hold[stage]
+            return at(self.weight_hold)
         raise ValueError(f"only B and W release memory at their end, not {kind!r}")
 
-    def max_offload(self, stage: int) -> float:
-        """The most of one activation of ``stage`` that may go to host memory."""
+    def max_offload(self, stage: int, microbatch: int | None = None) -> float:
+        """The most of one activation of ``stage`` (of ``microbatch``) that may go to host memory."""
         if self.offload is None:
             return 0.0
-        return self.offload.fraction[stage] * self.activation[stage]
+        act = self.activation[stage] if microbatch is None else self.activation.at(stage, microbatch)
+        return self.offload.fraction[stage] * act
 
-    def recompute_saving(self, stage: int) -> float:
-        """What recomputing one activation of ``stage`` saves between its F and its R (0 without recompute)."""
+    def recompute_saving(self, stage: int, microbatch: int | None = None) -> float:
+        """What recomputing one activation of ``stage`` (of ``microbatch``) saves between its F and its R
+        (0 without recompute)."""
         if self.recompute is None:
             return 0.0
-        return self.activation[stage] - self.recompute.keep[stage]
+        if microbatch is None:
+            return self.activation[stage] - self.recompute.keep[stage]
+        return self.activation.at(stage, microbatch) - self.recompute.keep.at(stage, microbatch)
 
     @property
     def can_recompute(self) -> bool:
-        return self.recompute is not None and any(self.recompute_saving(s) > 0 for s in range(self.num_stages))
+        return self.recompute is not None and bool(
+            (self.activation.array - self.recompute.keep.array > 0).any())
 
     @property
     def can_offload(self) -> bool:
-        return self.offload is not None and any(self.max_offload(s) > 0 for s in range(self.num_stages))
+        return self.offload is not None and any(
+            f > 0 and self.activation.high(s) > 0 for s, f in enumerate(self.offload.fraction))
 
     def lane(self, device: int, kind: OpKind) -> int:
         """Index of the host-link lane a transfer of ``device`` uses.
@@ -213,17 +253,52 @@ class Problem:
             return 2 * link + 1
         return 2 * link
 
+    @property
+    def link_lanes(self) -> tuple[str, ...]:
+        """The names of a device's host-link lanes: d2h and h2d, or one ``link`` lane when not duplex."""
+        return ("link",) if self.offload is not None and not self.offload.duplex else ("d2h", "h2d")
+
+    def lane_name(self, kind: OpKind) -> str:
+        """The lane an op of ``kind`` runs on: ``compute``, or its host-link lane (see :attr:`link_lanes`)."""
+        if kind.is_compute:
+            return "compute"
+        lanes = self.link_lanes
+        return lanes[0] if len(lanes) == 1 or kind is OpKind.OFFLOAD else lanes[1]
+
     def compute_ops(self) -> list[Op]:
         """Every compute op of one iteration."""
         return [Op(kind, s, j) for s in range(self.num_stages) for j in range(self.microbatches) for kind in self.kinds]
 
+    def stage_load(self, stage: int) -> float:
+        """Total compute time of one stage's F, B (and W) over all microbatches."""
+        return sum(self.durations[k].total(stage) for k in self.kinds)
+
     def device_load(self, device: int) -> float:
         """Total compute time of one device."""
-        return self.microbatches * sum(self.duration(k, s) for s in self.stages_of_device[device] for k in self.kinds)
+        return sum(self.stage_load(s) for s in self.stages_of_device[device])
+
+    @cached_property
+    def microbatch_work(self) -> tuple[float, ...]:
+        """Per microbatch, the compute time of its F, B (and W) over every stage: its critical cost."""
+        work = sum(self.durations[k].array.sum(axis=0) for k in self.kinds)
+        return tuple(float(w) for w in work)
 
     @cached_property
     def total_compute(self) -> float:
         return sum(self.device_load(d) for d in range(self.devices))
+
+    def with_microbatches(self, microbatches: list[int] | range) -> "Problem":
+        """The same pipeline with only these microbatches (renumbered 0..), e.g. a smaller problem whose
+        optimum bounds this one's."""
+        columns = list(microbatches)
+        pick = lambda grid: grid.columns(columns)  # noqa: E731
+        recompute = None if self.recompute is None else dataclasses.replace(
+            self.recompute, keep=pick(self.recompute.keep), time=pick(self.recompute.time))
+        return dataclasses.replace(
+            self, microbatches=len(columns), forward=pick(self.forward), backward_input=pick(self.backward_input),
+            backward_weight=pick(self.backward_weight), activation=pick(self.activation),
+            weight_hold=pick(self.weight_hold), p2p_times=tuple(self.p2p_times[j] for j in columns),
+            recompute=recompute, source=None)
 
     # ----- conversion -----
     def to_dict(self) -> dict:
@@ -239,9 +314,9 @@ class Problem:
             "chunks": self.chunks,
             "placement": self.placement_spec if isinstance(self.placement_spec, str) else list(self.placement_spec),
             "backward": self.backward_mode,
-            "time": {"forward": _compact(self.forward), "backward_input": _compact(self.backward_input),
-                     "backward_weight": _compact(self.backward_weight), "p2p": self.p2p},
-            "memory": {"activation": _compact(self.activation), "weight_hold": _compact(self.weight_hold),
+            "time": {"forward": self.forward.to_json(), "backward_input": self.backward_input.to_json(),
+                     "backward_weight": self.backward_weight.to_json(), "p2p": _compact(self.p2p_times)},
+            "memory": {"activation": self.activation.to_json(), "weight_hold": self.weight_hold.to_json(),
                        "capacity": _compact(self.capacity)},
         })
         if self.offload is not None:
@@ -293,9 +368,9 @@ def _offload_section(config: OffloadConfig) -> dict:
 
 def _recompute_section(config: RecomputeConfig) -> dict:
     """The problem file's ``recompute`` section of ``config``."""
-    rec: dict[str, Any] = {"keep": _compact(config.keep)}
+    rec: dict[str, Any] = {"keep": config.keep.to_json()}
     if config.time_given:
-        rec["time"] = _compact(config.time)
+        rec["time"] = config.time.to_json()
     return rec
 
 
@@ -317,7 +392,7 @@ def _capacity(raw: Any, devices: int, where: str) -> tuple[float | None, ...]:
     return capacity
 
 
-def _offload_config(raw: dict | None, devices: int, activation: tuple[float, ...], where: str) -> OffloadConfig | None:
+def _offload_config(raw: dict | None, devices: int, activation: Grid, where: str) -> OffloadConfig | None:
     """The offload link of a file's ``offload`` section (None: no link)."""
     if raw is None:
         return None
@@ -334,7 +409,7 @@ def _offload_config(raw: dict | None, devices: int, activation: tuple[float, ...
                 raise InputError(f"{where}.links[{li}][{di}]", f"device {device} is already on link {seen[device]}")
             seen[device] = li
     links = [list(link) for link in links] + [[d] for d in range(devices) if d not in seen]
-    largest = max(f * a for f, a in zip(fraction, activation))
+    largest = max(f * activation.high(s) for s, f in enumerate(fraction))
     for direction in ("d2h", "h2d"):
         check_transfer_time(largest, float(raw["bandwidth"][direction]), f"{where}.bandwidth.{direction}")
     return OffloadConfig(fraction=fraction, d2h=float(raw["bandwidth"]["d2h"]), h2d=float(raw["bandwidth"]["h2d"]),
@@ -342,20 +417,29 @@ def _offload_config(raw: dict | None, devices: int, activation: tuple[float, ...
                          duplex=bool(raw.get("duplex", True)), links_given=links_given)
 
 
-def _recompute_config(raw: dict | None, activation: tuple[float, ...], forward: tuple[float, ...],
-                      where: str) -> RecomputeConfig | None:
+def _recompute_config(raw: dict | None, activation: Grid, forward: Grid, where: str) -> RecomputeConfig | None:
     """The recompute block of a file's ``recompute`` section (None: none); R lasts as F unless timed."""
     if raw is None:
         return None
-    stages = len(activation)
-    keep = _per(raw["keep"], stages, f"{where}.keep", "stage")
-    for s, (kept, act) in enumerate(zip(keep, activation)):
-        if kept > act:
-            index = f"[{s}]" if isinstance(raw["keep"], list) else ""
-            raise InputError(f"{where}.keep{index}", f"must be <= activation ({act:g}) of stage {s}, got {kept:g}")
+    stages, microbatches = activation.stages, activation.microbatches
+    keep = parse_grid(raw["keep"], stages, microbatches, f"{where}.keep", "recompute.keep")
+    _check_within(keep, raw["keep"], activation, f"{where}.keep")
     time_given = "time" in raw
-    recompute_time = _per(raw["time"], stages, f"{where}.time", "stage") if time_given else forward
+    recompute_time = (parse_grid(raw["time"], stages, microbatches, f"{where}.time", "recompute.time")
+                      if time_given else forward)
     return RecomputeConfig(keep=keep, time=recompute_time, time_given=time_given)
+
+
+def _check_within(part: Grid, raw: Any, activation: Grid, where: str) -> None:
+    """Refuse a part (weight hold, recompute keep) above its activation, naming the entry."""
+    over = np.argwhere(part.array > activation.array)
+    if not len(over):
+        return
+    s, j = (int(x) for x in over[0])
+    index = f"[{s}][{j}]" if part.per_microbatch else f"[{s}]" if isinstance(raw, list) else ""
+    of = f"stage {s}, microbatch {j}" if part.per_microbatch or activation.per_microbatch else f"stage {s}"
+    raise InputError(f"{where}{index}", f"must be <= activation ({activation.at(s, j):g}) of {of}, "
+                                        f"got {part.at(s, j):g}")
 
 
 def problem_from_dict(data: Any, where: str = "problem") -> Problem:
@@ -370,44 +454,58 @@ def problem_from_dict(data: Any, where: str = "problem") -> Problem:
     expand_placement(placement_spec, devices, chunks, f"{where}.placement")
 
     time, memory = data["time"], data["memory"]
-    per_stage = {key: _per(time[key], stages, f"{where}.time.{key}", "stage")
-                 for key in ("forward", "backward_input", "backward_weight")}
-    activation = _per(memory["activation"], stages, f"{where}.memory.activation", "stage")
-    weight_hold = _per(memory.get("weight_hold", 0), stages, f"{where}.memory.weight_hold", "stage")
-    for s, (hold, act) in enumerate(zip(weight_hold, activation)):
-        if hold > act:
-            index = f"[{s}]" if isinstance(memory.get("weight_hold"), list) else ""
-            raise InputError(f"{where}.memory.weight_hold{index}",
-                             f"must be <= activation ({act:g}) of stage {s}, got {hold:g}")
+    grid = lambda raw, field: parse_grid(raw, stages, microbatches, f"{where}.{field}", field)  # noqa: E731
+    per_stage = {key: grid(time[key], f"time.{key}") for key in ("forward", "backward_input", "backward_weight")}
+    p2p = parse_per_microbatch(time.get("p2p", 0.0), microbatches, f"{where}.time.p2p")
+    activation = grid(memory["activation"], "memory.activation")
+    weight_hold = grid(memory.get("weight_hold", 0), "memory.weight_hold")
+    _check_within(weight_hold, memory.get("weight_hold"), activation, f"{where}.memory.weight_hold")
     capacity = _capacity(memory.get("capacity"), devices, f"{where}.memory.capacity")
 
     offload = _offload_config(data.get("offload"), devices, activation, f"{where}.offload")
     recompute = _recompute_config(data.get("recompute"), activation, per_stage["forward"], f"{where}.recompute")
 
-    check_time_range(_durations(per_stage, float(time.get("p2p", 0.0)), activation, offload, recompute), where)
+    check_time_range(_durations(per_stage, p2p, activation, offload, recompute), where)
     return Problem(
         devices=devices, microbatches=microbatches, chunks=chunks, placement_spec=placement_spec,
         split_backward=data.get("backward", "split") == "split",
         forward=per_stage["forward"], backward_input=per_stage["backward_input"],
-        backward_weight=per_stage["backward_weight"], p2p=float(time.get("p2p", 0.0)),
+        backward_weight=per_stage["backward_weight"], p2p_times=p2p,
         activation=activation, weight_hold=weight_hold, capacity=capacity, offload=offload,
         recompute=recompute, name=data.get("name"), annotations={k: v for k, v in data.items() if k.startswith("x-")},
         source=copy.deepcopy(data),
     )
 
 
-def _durations(per_stage: dict, p2p: float, activation, offload: "OffloadConfig | None",
-               recompute: "RecomputeConfig | None") -> list[tuple[float, str]]:
+def _durations(per_stage: dict[str, Grid], p2p: tuple[float, ...], activation: Grid,
+               offload: "OffloadConfig | None", recompute: "RecomputeConfig | None") -> list[tuple[float, str]]:
     """Every duration a problem sets, with its field: compute ops, the latency, whole-share transfers."""
-    out = [(v, f"time.{key}[{s}]") for key, values in per_stage.items() for s, v in enumerate(values)]
-    out.append((p2p, "time.p2p"))
-    if recompute is not None:
-        out += [(v, f"recompute.time[{s}]") for s, v in enumerate(recompute.time)]
+    grids = list(per_stage.values()) + ([recompute.time] if recompute is not None else [])
+    out = [(v, f"{g.field}{_index(g, s, j)}") for g in grids for s, j, v in _extremes(g)]
+    out += [(v, f"time.p2p[{j}]" if len(set(p2p)) > 1 else "time.p2p") for j, v in enumerate(p2p[:1] if
+                                                                                        len(set(p2p)) == 1 else p2p)]
     if offload is not None:
-        for s, (f, a) in enumerate(zip(offload.fraction, activation)):
+        for s, f in enumerate(offload.fraction):
+            a = activation.high(s)
             out += [(f * a / offload.d2h, f"offload of stage {s} at bandwidth.d2h"),
                     (f * a / offload.h2d, f"reload of stage {s} at bandwidth.h2d")]
     return out
+
+
+def _extremes(grid: Grid):
+    """(stage, microbatch, value) of every per-stage value, or of each stage's least non-zero and largest."""
+    for s in range(grid.stages):
+        if not grid.per_microbatch:
+            yield s, 0, grid.at(s, 0)
+            continue
+        row = grid.row(s)
+        positive = [j for j, v in enumerate(row) if v > 0]
+        for j in {min(positive, key=row.__getitem__), max(positive, key=row.__getitem__)} if positive else {0}:
+            yield s, j, row[j]
+
+
+def _index(grid: Grid, s: int, j: int) -> str:
+    return f"[{s}][{j}]" if grid.per_microbatch else f"[{s}]"
 
 
 def load_problem(path: str | Path) -> Problem:

@@ -253,17 +253,17 @@ class _Engine:
         self.device: list[int] = device.tolist()
         self.position: list[int] = (index - self.first_of_device).tolist()
         self._check_complete(where)
-        durations = np.zeros(_KINDS * S)
+        durations = np.zeros((_KINDS, S, M))
         for kind in problem.kinds + ((_R,) if problem.recompute is not None else ()):
-            durations[KIND_CODE[kind] * S:(KIND_CODE[kind] + 1) * S] = [problem.duration(kind, s) for s in range(S)]
-        duration = durations[code * S + stage]
+            durations[KIND_CODE[kind]] = problem.durations[kind].array
+        duration = durations[code, stage, mb]
         amount = np.zeros(n)
         lane = np.full(n, -1, dtype=np.int64)
         transfers = np.flatnonzero(code >= KIND_CODE[_OFF])
         if len(transfers):
-            ops, default = self.ops, [problem.max_offload(s) for s in range(S)]
-            moved = np.array([amounts.get((ops[i][1], ops[i][2]), default[ops[i][1]]) for i in transfers.tolist()],
-                             dtype=float)
+            ops = self.ops
+            moved = np.array([amounts[key] if key in amounts else problem.max_offload(*key)
+                              for key in (ops[i][1:] for i in transfers.tolist())], dtype=float)
             amount[transfers] = moved
             kind, on = code[transfers] - KIND_CODE[_OFF], device[transfers]
             duration[transfers] = moved / np.where(kind == 0, problem.offload.d2h, problem.offload.h2d)
@@ -326,13 +326,14 @@ class _Engine:
         width = max(len(deps) for deps in table.values())
         # per rank k of a dependency and per kind code * S + stage: what it waits for (-1: nothing)
         waits_for = np.full((width, _KINDS * S), -1, dtype=np.int64)
-        lag = np.zeros((width, _KINDS * S))
+        crosses = np.zeros((width, _KINDS * S), dtype=bool)
         optional = np.zeros((width, _KINDS * S), dtype=bool)
         for (kind, s), deps in table.items():
             for k, dep in enumerate(deps):
                 at = KIND_CODE[kind] * S + s
                 waits_for[k, at] = KIND_CODE[dep.kind] * S + dep.stage
-                lag[k, at], optional[k, at] = dep.lag, dep.optional
+                crosses[k, at], optional[k, at] = dep.crosses, dep.optional
+        lag = crosses[:, :, None] * np.asarray(self.problem.p2p_times)[None, None, :]
         at = self.code * S + self.stage
         index = np.arange(len(self.ops))
         missing = []
@@ -344,7 +345,7 @@ class _Engine:
             if bad.any():
                 missing.append((int(np.argmax(bad)), k))
             present = u >= 0
-            self._edges.append((u[present], index[present], lag[k, at][present]))
+            self._edges.append((u[present], index[present], lag[k, at, self.mb][present]))
         if missing:
             i, k = min(missing)
             kind, s, j = self.ops[i]

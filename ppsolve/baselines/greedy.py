@@ -63,7 +63,7 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
         amount = problem.max_offload(s)
         if amount <= 0:
             continue
-        trip = problem.duration(OpKind.OFFLOAD, s, amount) + problem.duration(OpKind.RELOAD, s, amount)
+        trip = problem.duration(OpKind.OFFLOAD, s, amount=amount) + problem.duration(OpKind.RELOAD, s, amount=amount)
         slack = estimated_wait(problem, s) - trip
         if slack >= 0:
             scored.append((slack, s))

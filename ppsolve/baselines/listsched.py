@@ -125,7 +125,7 @@ class _ListScheduler:
                 if s == S - 1 or problem.max_offload(s) <= 0:
                     continue
                 self.amount[s] = problem.max_offload(s) * policy.offload_share
-                back = problem.duration(_REL, s, self.amount[s])
+                back = problem.duration(_REL, s, amount=self.amount[s])
                 t, lead = s + 1, 0.0
                 while True:
                     lead += self.dur[_B][t] + self.lat[t - 1]
@@ -281,7 +281,7 @@ class _ListScheduler:
                         want_reload.add((low, j))
                         continue
                     ahead = sum(dur[_B][u] + lat[u - 1] for u in range(low + 1, s + 1))
-                    target = t + ahead - p.duration(_REL, low, amount[low])
+                    target = t + ahead - p.duration(_REL, low, amount=amount[low])
                     push(max(t, target), _RELREQ, _REL, low, j)
 
         while events or touched:
@@ -328,7 +328,7 @@ class _ListScheduler:
                     elif run_start[d] < t - EPS and t < busy[d] - EPS:
                         push(busy[d], _XREADY, kind, s, j)
                     else:
-                        end = t + p.duration(kind, s, amount[s])
+                        end = t + p.duration(kind, s, amount=amount[s])
                         lane_free[ln] = end
                         push(end, _XDONE, kind, s, j)
                 elif code == _XDONE:

@@ -88,7 +88,7 @@ def reference_plan(problem: Problem, orders: Sequence[Sequence[Op]], stages: Ite
 
 def _round_trip(problem: Problem, stage: int) -> tuple[float, float]:
     amount = problem.max_offload(stage)
-    return problem.duration(_OFF, stage, amount), problem.duration(_REL, stage, amount)
+    return problem.duration(_OFF, stage, amount=amount), problem.duration(_REL, stage, amount=amount)
 
 
 def _next_slot(now: float, at_least: float, slot: float) -> float:

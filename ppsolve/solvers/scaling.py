@@ -108,8 +108,8 @@ def build_scaling(problem: Problem) -> Scaling:
     amounts = [problem.max_offload(s) for s in range(S)]
     times = [problem.duration(k, s) for k in kinds for s in range(S)] + [problem.p2p]
     if problem.offload is not None:
-        times += [problem.duration(OpKind.OFFLOAD, s, a) for s, a in enumerate(amounts) if a > 0]
-        times += [problem.duration(OpKind.RELOAD, s, a) for s, a in enumerate(amounts) if a > 0]
+        times += [problem.duration(OpKind.OFFLOAD, s, amount=a) for s, a in enumerate(amounts) if a > 0]
+        times += [problem.duration(OpKind.RELOAD, s, amount=a) for s, a in enumerate(amounts) if a > 0]
     caps = [c for c in problem.capacity if c is not None]
     keep = list(problem.recompute.keep) if problem.recompute is not None else []
     memory = list(problem.activation) + list(problem.weight_hold) + keep + amounts + caps
@@ -128,7 +128,7 @@ def build_scaling(problem: Problem) -> Scaling:
             duration[(k, s)] = up(problem.duration(k, s), tscale)
         if amounts[s] > 0:
             for k in (OpKind.OFFLOAD, OpKind.RELOAD):
-                duration[(k, s)] = max(1, up(problem.duration(k, s, amounts[s]), tscale))
+                duration[(k, s)] = max(1, up(problem.duration(k, s, amount=amounts[s]), tscale))
     activation = tuple(up(a, mscale) for a in problem.activation)
     hold = tuple(min(up(h, mscale), activation[s]) for s, h in enumerate(problem.weight_hold))
     # Offloading moves less than it could when rounding, so memory stays conservative.

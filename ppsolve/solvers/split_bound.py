@@ -107,7 +107,7 @@ def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int |
            entries: dict[int, tuple[float, bool]], rests: dict[int, tuple[float, bool]]) -> tuple[float, bool]:
     """(a proven lower bound, whether it is the optimum) of A(n) (``entry``) or OPT(n), the smaller
     sizes' bounds found so far (``entries``, ``rests``) added as cuts (``_known_cuts``)."""
-    sub = replace(problem, microbatches=n)
+    sub = problem.with_microbatches(range(n))
     scaling = build_scaling(sub)
     cut = 0 if entry else scaling.time(makespan_lower_bound(sub).value)
     model = cp_model.CpModel()
@@ -170,7 +170,7 @@ def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
     m = problem.microbatches
     bases = dict(rests)
     for k in {m, *(m - n + 1 for n in entries)} - set(rests):
-        analytic = makespan_lower_bound(replace(problem, microbatches=k)).value
+        analytic = makespan_lower_bound(problem.with_microbatches(range(k))).value
         if analytic > bases.get(k, (0.0, False))[0]:
             bases[k] = (analytic, False)
     best: dict[int, Split] = {}

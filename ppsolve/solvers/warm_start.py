@@ -39,10 +39,13 @@ import time
 from dataclasses import fields
 from typing import Callable
 
+import numpy as np
+
 from ppsolve import baselines
 from ppsolve.baselines.plans import own_plans
 from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
+from ppsolve.costs import Grid
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import OpKind
@@ -174,7 +177,12 @@ def given_warm_start(problem: Problem, schedule: Schedule) -> Schedule:
 
 
 def _difference(name: str, theirs, ours) -> str:
-    """"forward[3] is 2 in it, 3 in the problem" (the first entry that differs, for per-stage tuples)."""
+    """"forward[3] is 2 in it, 3 in the problem" (the first entry that differs, for per-stage tuples and
+    grids; ``forward[3][5]`` for per-microbatch grids)."""
+    if isinstance(theirs, Grid) and isinstance(ours, Grid) and theirs.array.shape == ours.array.shape:
+        s, j = (int(x) for x in np.argwhere(theirs.array != ours.array)[0])
+        index = f"[{s}][{j}]" if theirs.per_microbatch or ours.per_microbatch else f"[{s}]"
+        return f"{name}{index} is {theirs.at(s, j)} in it, {ours.at(s, j)} in the problem"
     if isinstance(theirs, tuple) and isinstance(ours, tuple) and len(theirs) == len(ours):
         i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
         name, theirs, ours = f"{name}[{i}]", theirs[i], ours[i]

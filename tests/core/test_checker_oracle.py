@@ -79,34 +79,43 @@ def _overlapping_lanes(schedule: Schedule, eps: float) -> tuple[set[int], set[in
 
 
 def _over_capacity(schedule: Schedule, eps: float) -> set[int]:
-    """Devices whose held memory passes the cap at some instant (releases before allocations):
-    summed afresh at each event, from SPEC.md's list of memory events."""
+    """Devices whose held memory passes the cap at some instant: summed afresh at each instant, from
+    SPEC.md's list of memory events and its tie rule (releases before allocations, except an activation
+    allocated by its F or R at the instant of its own release: that allocation counts first)."""
     p = schedule.problem
     recomputed = {(o.stage, o.microbatch) for o in schedule.ops if o.kind is _R}
-    events = []  # (device, time, allocation?, delta)
+    events = []  # (device, time, allocation?, delta, (stage, microbatch), by F or R?)
     for o in schedule.ops:
-        s, d = o.stage, p.placement[o.stage]
-        act = p.activation[s]
+        s, j, d = o.stage, o.microbatch, p.placement[o.stage]
+        act = p.activation.at(s, j)
         if o.kind is _F:
-            events.append((d, o.start, True, p.recompute.keep[s] if (s, o.microbatch) in recomputed else act))
+            events.append((d, o.start, True, p.recompute.keep.at(s, j) if (s, j) in recomputed else act, (s, j), True))
         elif o.kind is _R:
-            events.append((d, o.start, True, act - p.recompute.keep[s]))
+            events.append((d, o.start, True, act - p.recompute.keep.at(s, j), (s, j), True))
         elif o.kind is _OFF:
-            events.append((d, o.end, False, -o.amount))
+            events.append((d, o.end, False, -o.amount, (s, j), False))
         elif o.kind is _REL:
-            events.append((d, o.start, True, o.amount))
+            events.append((d, o.start, True, o.amount, (s, j), False))
         elif o.kind is _B:
-            events.append((d, o.end, False, -(act - p.weight_hold[s]) if p.split_backward else -act))
+            held = p.weight_hold.at(s, j) if p.split_backward else 0.0
+            events.append((d, o.end, False, -(act - held), (s, j), False))
         else:
-            events.append((d, o.end, False, -p.weight_hold[s]))
+            events.append((d, o.end, False, -p.weight_hold.at(s, j), (s, j), False))
     out = set()
-    for d, t, allocation, _ in events:
-        if not allocation or p.capacity[d] is None:
+    for d, t in {(e[0], e[1]) for e in events}:
+        if p.capacity[d] is None:
             continue
-        # at an allocation instant: every release up to it, every allocation up to it (this one too)
-        held = sum(x for e, u, alloc, x in events if e == d and (u < t or (u == t and not alloc)))
-        held += sum(x for e, u, alloc, x in events if e == d and u == t and alloc)
-        if held > p.capacity[d] + eps:
+        at = [e for e in events if e[0] == d and e[1] == t and e[3] != 0]
+        owned = {e[4] for e in at if e[2] and e[5]} & {e[4] for e in at if not e[2]}
+        level = sum(e[3] for e in events if e[0] == d and e[1] < t)
+        level += sum(e[3] for e in at if not e[2] and e[4] not in owned)  # the other releases first
+        for key in owned:  # then each activation allocated and released here: allocation, then release
+            level += sum(e[3] for e in at if e[2] and e[5] and e[4] == key)
+            if level > p.capacity[d] + eps:
+                out.add(d)
+            level += sum(e[3] for e in at if e[4] == key and not (e[2] and e[5]))
+        level += sum(e[3] for e in at if e[2] and e[4] not in owned)  # then the other allocations
+        if any(e[2] for e in at) and level > p.capacity[d] + eps:
             out.add(d)
     return out
 
@@ -153,7 +162,7 @@ def _expected_ops(schedule: Schedule) -> dict[str, set[str]]:
             out["device"].add(str(o.op))
         if o.start < 0:
             out["start"].add(str(o.op))
-        if abs(o.duration - p.duration(o.kind, o.stage, o.amount)) > 1e-9:
+        if abs(o.duration - p.duration(o.kind, o.stage, o.microbatch, amount=o.amount)) > 1e-9:
             out["duration"].add(str(o.op))
     return out
 

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "ppsolve"
 
 # Lowest first; a module may import its own layer or any below. Keys are the top-level names under ppsolve.
 LAYERS = (
-    ("errors", "jsonio", "limits", "schemas", "ops", "problem", "dependencies", "memory", "schedule", "gcpause",
+    ("errors", "jsonio", "limits", "schemas", "ops", "costs", "problem", "levers", "dependencies", "memory", "schedule", "gcpause",
      "tolerance", "units"),
     ("simulator", "checker", "method_types", ""),  # "": the package itself (re-exports the data and simulate)
     ("bounds",),

@@ -228,7 +228,7 @@ def random_valid_plan(problem: Problem, rng: random.Random) -> list:
         else:
             t = max(t, lane_free.get(problem.lane(device, op.kind), 0.0))
         t += rng.choice([0, 0, 0, 0.25, 0.5, 1.5])
-        duration = problem.duration(op.kind, op.stage, amount)
+        duration = problem.duration(op.kind, op.stage, op.microbatch, amount=amount)
         end[op] = t + duration
         if op.kind.is_compute:
             compute_free[device] = t + duration

@@ -181,7 +181,7 @@ def _transfer_ops(m: _Model, values: dict[int, int], keys) -> list[ScheduledOp]:
         amount = min(values[t.amount.Index()] / sc.memory_scale, p.max_offload(s))
         for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
             x = sc.to_time(values[start.Index()])
-            ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
+            ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, j, amount=amount), amount))
     return ops
 
 
@@ -213,7 +213,7 @@ def _window_ops(m: _Model, window, values: dict[int, int]) -> list[ScheduledOp]:
             t = v.transfers[key]
             var = t.off_start if sop.kind is OpKind.OFFLOAD else t.rel_start
             x = sc.to_time(values[var.Index()])
-            ops.append(sop._replace(start=x, end=x + p.duration(sop.kind, sop.stage, sop.amount)))
+            ops.append(sop._replace(start=x, end=x + p.duration(sop.kind, sop.stage, sop.microbatch, amount=sop.amount)))
     ops += _transfer_ops(m, values, sorted(window.choosable))
     ops += _recompute_ops(m, values, sorted(v.recompute))
     return ops

@@ -143,7 +143,7 @@ def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, cho
 def transfer_rate(problem: Problem, scaling: Scaling, kind: OpKind) -> tuple[int, int]:
     """(num, den): a transfer of ``kind`` moving A model memory units lasts at least A * num / den
     model time units (exact where the bandwidth is a fraction, else rounded up)."""
-    per_unit = problem.duration(kind, 0, 1.0)  # time per memory unit (one link bandwidth for all stages)
+    per_unit = problem.duration(kind, 0, amount=1.0)  # time per memory unit (one link bandwidth for all stages)
     f = Fraction(per_unit).limit_denominator(10**6)
     if f < per_unit:
         f += Fraction(1, 10**6)

@@ -285,7 +285,7 @@ def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
         if values[tr.chosen.name] > 0.5 and amount > MIN_AMOUNT * max(1.0, p.max_offload(s)):
             for kind, var in ((OpKind.OFFLOAD, tr.off), (OpKind.RELOAD, tr.rel)):
                 x = sc.to_time(snap(values[var.name]))
-                ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, amount), amount))
+                ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, j, amount=amount), amount))
     return ops
 
 
