@@ -85,13 +85,8 @@ def timing(schedule: Schedule) -> Timing:
     """Planned makespan against the replays of both placements (see the module docstring)."""
     problem = schedule.problem
     duration, lead = durations(schedule)
-    p2p = problem.p2p
-
-    def latency(a: int, b: int) -> float:
-        return 0.0 if a == b else p2p
-
     def makespan(rows: list[list[str]]) -> float:
-        return max(replay_times(parse_rows("\n".join(",".join(r) for r in rows)), duration, latency, lead=lead))
+        return max(replay_times(parse_rows("\n".join(",".join(r) for r in rows)), duration, problem.latency, lead=lead))
 
     ours = makespan(compute_comms_rows(schedule))
     try:

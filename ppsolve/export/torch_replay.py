@@ -77,16 +77,17 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
     (each round lets every rank go as far as it can). DeadlockError when some rank can
     never go on, naming each stuck rank's action and what it waits for; InputError
     for an action the runtime would refuse."""
-    return _run(rows, recv_blocks, lambda rank, a: 0.0, lambda a, b: 0.0, lambda rank, a: 0.0)[0]
+    return _run(rows, recv_blocks, lambda rank, a: 0.0, lambda s, t, j: 0.0, lambda rank, a: 0.0)[0]
 
 
 def replay_times(rows: list[list[Action]], duration: Callable[[int, Action], float],
-                 latency: Callable[[int, int], float], recv_blocks: bool = False,
+                 latency: Callable[[int, int, int], float], recv_blocks: bool = False,
                  lead: Callable[[int, Action], float] | None = None) -> list[float]:
     """The timed replay: when each rank ends its row. ``duration(rank, action)`` is how long
     an action keeps its rank busy once its input is there (0 for sends and receives),
     ``lead(rank, action)`` how long before that it works without it (default 0),
-    ``latency(a, b)`` a message's time from rank a to rank b. Errors as :func:`replay`."""
+    ``latency(s, t, j)`` the time of microbatch j's message from stage s to stage t. Errors as
+    :func:`replay`."""
     return _run(rows, recv_blocks, duration, latency, lead or (lambda rank, a: 0.0))[1]
 
 
@@ -125,8 +126,7 @@ def _run(rows, recv_blocks, duration, latency, lead) -> tuple[int, list[float]]:
         posted[rank][key] = (pair_k, pc[rank])
         message = pair_k[0] + (pair_k[1],)
         if a.kind.startswith("SEND"):
-            receiver = pair_k[0][0] + pair_k[0][1] - rank
-            at.setdefault(message, []).append(clock[rank] + latency(rank, receiver))
+            at.setdefault(message, []).append(clock[rank] + latency(a.stage, _peer_stage(a), a.microbatch))
         else:
             at.setdefault(message, []).append(clock[rank])
         issued.setdefault(message, set()).add(rank)

@@ -75,7 +75,7 @@ def test_model_parts_follow_the_problems_partition():
 def test_timed_replay_by_hand():
     rows = parse_rows("0F0,0SEND_F0,0F1,0SEND_F1\n1RECV_F0,1RECV_F1,1F0,1F1\n")
     durations = {"0F0": 3, "0F1": 3, "1F0": 1, "1F1": 1}
-    ends = replay_times(rows, lambda r, a: durations.get(str(a), 0), lambda a, b: 0.5)
+    ends = replay_times(rows, lambda r, a: durations.get(str(a), 0), lambda s, t, j: 0.5)
     assert ends == [6, 7.5]  # 1F0 at 3.5 (3 + 0.5), 1F1 at max(4.5, 6.5)
 
 
