@@ -4,7 +4,8 @@ the schedule from the compute-only CSV (``_build_pipeline_schedule``: PyTorch pl
 receives) and ``ppsolve.executor.torchtitan.apply_plan`` runs the side plan's offloads and
 recomputes. Each plan: loss and gradients equal a single-process run's, every rank ran the CSV's
 compute actions with the side plan's where the plan puts them (and, where PyTorch lowers the CSV, the
-lowering the export replays), and every rank's measured activation peak is the predicted one. One launch runs all of them."""
+lowering the export replays), and every rank's measured activation peak is the predicted one. One launch
+runs all of them."""
 
 from __future__ import annotations
 
