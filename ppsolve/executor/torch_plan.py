@@ -132,7 +132,8 @@ class PlanRun:
         self.waits.update({e["action"]: e["waits"] for e in rank_plan["extra"]})
         self.recomputed = {tuple(x) for x in (plan or {}).get("recomputed", []) if x[0] in self.stages}
         self.params = [p for stage in self.stages.values() for p in stage.submod.parameters()]
-        self.per_step = sum(1 for a in runtime.pipeline_order_with_comms[self.rank] if a.computation_type in COMPUTE_KINDS)
+        self.per_step = sum(1 for a in runtime.pipeline_order_with_comms[self.rank]
+                            if a.computation_type in COMPUTE_KINDS)
         self.calls = 0
         self.log: list | None = None  # when a list: every compute and extra action's label as it ends
         self._captured: tuple = ((), {})

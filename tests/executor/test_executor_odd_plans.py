@@ -21,7 +21,8 @@ from ppsolve.executor.report import render  # noqa: E402
 from ppsolve.problem import problem_from_dict  # noqa: E402
 from ppsolve.schedule import make_schedule  # noqa: E402
 from ppsolve.simulator import forwards_wait_for_offloads, simulate  # noqa: E402
-from tests.executor.helpers import MODELS, add_offload, pipelined_orders, problem, run_schedule_and_compare  # noqa: E402
+from tests.executor.helpers import (MODELS, add_offload, pipelined_orders, problem,  # noqa: E402
+                                    run_schedule_and_compare)
 
 GPT = MODELS / "gpt-tiny.json"
 SHARES = {"tiny": 0.0004, "partial": 0.5, "whole": 1.0}

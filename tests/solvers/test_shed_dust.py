@@ -14,8 +14,10 @@ from tests.helpers import make_problem
 
 def _three_forwards(cap: float, dust: float):
     """One device, three forwards in a row: microbatch 0 offloads 0.5 and microbatch 1 ``dust`` before
-    F2 allocates (F2 waits for them), so F2's start peaks at 2.5 - dust (activations of 1, transfers of 1/100 per unit)."""
-    problem = make_problem(devices=1, microbatches=3, memory={"activation": 1, "weight_hold": 0, "capacity": cap},
+    F2 allocates (F2 waits for them), so F2's start peaks at 2.5 - dust (activations of 1, transfers
+    of 1/100 per unit)."""
+    memory = {"activation": 1, "weight_hold": 0, "capacity": cap}
+    problem = make_problem(devices=1, microbatches=3, memory=memory,
                            offload={"bandwidth": {"d2h": 100, "h2d": 100}})
     orders = [[F(0, 0), OFFLOAD(0, 0), F(0, 1), OFFLOAD(0, 1), F(0, 2), B(0, 2), W(0, 2),
                RELOAD(0, 1), B(0, 1), W(0, 1), RELOAD(0, 0), B(0, 0), W(0, 0)]]
