@@ -127,10 +127,10 @@ def render(figs: list[RankFigures]) -> str:
         mark = "" if f.measured_peak == f.predicted_peak else "  (peak differs)"
         lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  "
                      + "  ".join(f"{c:>17}" for c in cells) + mark)
-    for f in figs:
-        if f.unmoved:
-            lines.append(f"rank {f.rank}: {f.unmoved} offload(s) moved 0 bytes, their reloads too: the planned "
-                         "share is smaller than any whole saved storage (the executor moves whole storages)")
+    unmoved = ", ".join(f"rank {f.rank}: {f.unmoved}" for f in figs if f.unmoved)
+    if unmoved:
+        lines.append(f"offloads that moved 0 bytes, their reloads too ({unmoved}): the planned share is smaller "
+                     "than any whole saved storage, and the executor moves whole storages")
     return "\n".join(lines)
 
 
