@@ -4,7 +4,8 @@ device that holds no stage, and a failing rank of PyTorch's runtime reported in 
 
 Property test: random valid plans on 2 gloo ranks, each offload tiny (0.04% of its activation),
 partial or whole, run in both runtimes with the gradient check; the measured peak equals the
-predicted one, a tiny offload moves 0 bytes and a whole one all of its microbatch's bytes. The
+predicted one (is at most it where the plan allocates while a transfer is in flight: a CPU copy
+is synchronous), a tiny offload moves 0 bytes and a whole one all of its microbatch's bytes. The
 default run holds one plan per runtime; the others are marked slow."""
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ SHARES = {"tiny": 0.0004, "partial": 0.5, "whole": 1.0}
 
 
 def random_plan(seed: int):
-    """A valid 2-device plan: 2 or 4 stages, a random lag, and offloads of random (stage, microbatch)
+    """A valid 2-device plan: 2 or 4 stages, a random lag, a duplex or half-duplex link, and offloads of random (stage, microbatch)
     pairs (not the last stage), each moving a tiny, partial or whole share of its activation."""
     rng = random.Random(seed)
     chunks = rng.choice([1, 2])
     prob = problem(2, 4, chunks=chunks, placement="linear" if chunks == 1 else rng.choice(["interleaved", "vshape"]),
-                   offload=True, f=[2] + [1] * (2 * chunks - 1))
+                   offload=True, duplex=rng.choice([True, False]), f=[2] + [1] * (2 * chunks - 1))
     orders = pipelined_orders(prob, lag=rng.randint(1, 3), w_delay=rng.randint(0, 1))
     candidates = [(s, j) for s in range(prob.num_stages - 1) for j in range(prob.microbatches)]
     pairs = rng.sample(candidates, rng.randint(3, min(6, len(candidates))))
@@ -47,10 +48,21 @@ def random_plan(seed: int):
     return schedule, kinds
 
 
+def _allocates_during_a_transfer(schedule, device: int) -> bool:
+    """Whether an op of ``device`` allocates (F, R, RELOAD start) while one of its transfers is in flight:
+    the plan holds the transfer's bytes until it ends, a CPU run's synchronous copy has ended by then,
+    so the measured peak may be lower there (docs/executor.md); elsewhere the two are equal."""
+    mine = schedule.ops_of_device(device)
+    starts = [op for op in mine if op.kind.value in ("F", "R", "RELOAD")]
+    return any(t.start <= a.start < t.end for t in mine if t.kind.is_transfer for a in starts if a is not t)
+
+
 def _assert_runs_as_planned(schedule, kinds, runtime):
     outcome = run_schedule_and_compare(schedule, GPT, runtime=runtime)
     for fig in outcome.figures:
-        assert fig.measured_peak == fig.predicted_peak, (fig.rank, fig.measured_peak, fig.predicted_peak)
+        assert fig.measured_peak <= fig.predicted_peak, (fig.rank, fig.measured_peak, fig.predicted_peak)
+        if not _allocates_during_a_transfer(schedule, fig.rank):
+            assert fig.measured_peak == fig.predicted_peak, (fig.rank, fig.measured_peak, fig.predicted_peak)
     act = {s: sizes[0] for r in outcome.results for s, sizes in r.activation_bytes.items()}
     moved = {(rec.stage, rec.microbatch): rec.moved for r in outcome.results for rec in r.records
              if rec.kind == "OFFLOAD"}
