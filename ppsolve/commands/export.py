@@ -24,6 +24,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def require_valid(schedule, path: str) -> None:
+    """Refuse a schedule the checker finds invalid, as ``check`` does (exit 1), in one line."""
+    from ppsolve.checker import check
+    from ppsolve.errors import InvalidScheduleError
+
+    report = check(schedule)
+    if not report.valid:
+        first = next(v for v in report.violations if v.rule != "retime")
+        raise InvalidScheduleError(f"{path}: INVALID, not exported: [{first.rule}] {first.message} "
+                                   f"({len(report.violations)} violation(s): ppsolve check {path} lists them)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.jsonio import require_directory
@@ -44,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         options["format"] = args.format
     require_directory(args.output)
     schedule = load_schedule(args.schedule)
+    require_valid(schedule, args.schedule)
     if exporter.name == "torchtitan":
         from ppsolve.export.torchtitan import export_torchtitan
         print(export_torchtitan(schedule, args.output).summary())
