@@ -1,10 +1,15 @@
-"""Measured against predicted: activation peaks, per-op wall times, Chrome trace.
+"""Measured against predicted: activation bytes, peaks, per-op wall times, Chrome trace.
 
 The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
 each stage's activation, weight_hold and recompute keep set to the bytes measured on
-that run; an offload moves the bytes it moved on that run (whole saved storages, the
-largest first, within its planned share: amount / activation), or, where none was
-recorded, its planned share of the measured activation.
+that run (per microbatch where its microbatches measured different bytes: sequences
+of different lengths); an offload moves the bytes it moved on that run (whole saved
+storages, the largest first, within its planned share: amount / activation), or,
+where none was recorded, its planned share of the measured activation.
+
+A problem profiled by this executor (``x-profile``, memory in GiB) predicts the bytes of
+every (stage, microbatch) itself: ``problem.activation.at(s, j)``;
+:func:`activation_comparison` sets them beside the measured ones.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.tolerance import EPS
+from ppsolve.units import MEMORY_UNIT
 
 
 @dataclass
@@ -36,35 +42,53 @@ def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
     ``what="hold_bytes"``, or keeps from F to R with ``what="keep_bytes"``: only stages
     that recompute); they must agree across microbatches."""
     out = {}
-    for result in results:
-        for s, sizes in getattr(result, what).items():
-            if not sizes:  # keep_bytes of a stage that recomputes nothing
-                continue
-            if len(set(sizes)) != 1:
-                raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
-            out[s] = sizes[0]
+    for s, sizes in microbatch_bytes(results, what).items():
+        if len(set(sizes)) != 1:
+            raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
+        out[s] = sizes[0]
     return out
 
 
-def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int],
+def microbatch_bytes(results, what: str = "activation_bytes") -> dict[int, list[int]]:
+    """Per stage, the bytes each microbatch measured (``activation_bytes`` and ``hold_bytes``: all m
+    in microbatch order; ``keep_bytes``: the recomputed ones, stages that recompute)."""
+    return {s: list(sizes) for result in results for s, sizes in getattr(result, what).items() if sizes}
+
+
+def _per_op(sizes: dict[int, list[int]], stages: int) -> list:
+    """A memory field of the measured problem: one value per stage, or S lists of m where some
+    stage's microbatches differ."""
+    if all(len(set(sizes[s])) == 1 for s in range(stages)):
+        return [float(sizes[s][0]) for s in range(stages)]
+    return [[float(x) for x in sizes[s]] for s in range(stages)]
+
+
+def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict,
                     keep_bytes: dict[int, int] | None = None,
                     moved: dict[tuple[int, int], int] | None = None) -> list[float]:
     """SPEC.md's peak per device with activation, weight_hold and (stages that recompute)
-    recompute keep set to the measured bytes."""
+    recompute keep set to the measured bytes: per stage one count, or (activation and
+    weight_hold) the list of each microbatch's."""
     problem = schedule.problem
+    S = problem.num_stages
     data = problem.to_dict()
-    acts = [float(act_bytes[s]) for s in range(problem.num_stages)]
-    holds = [float(hold_bytes[s]) for s in range(problem.num_stages)] if problem.split_backward else 0
-    data["memory"] = {"activation": acts, "weight_hold": holds, "capacity": None}
+    as_lists = lambda sizes: {s: v if isinstance(v, list) else [v] * problem.microbatches  # noqa: E731
+                              for s, v in sizes.items()}
+    activation = _per_op(as_lists(act_bytes), S)
+    holds = _per_op(as_lists(hold_bytes), S) if problem.split_backward else 0
+    data["memory"] = {"activation": activation, "weight_hold": holds, "capacity": None}
     if problem.recompute is not None:
-        data["recompute"]["keep"] = measured_keep(acts, keep_bytes or {})
+        least = [min(row) if isinstance(row, list) else row for row in activation]
+        data["recompute"]["keep"] = measured_keep(least, keep_bytes or {})
     measured_problem = problem_from_dict(data)
+    acts = measured_problem.activation
     ops = []
     for op in schedule.ops:
         amount = op.amount
         if op.kind.is_transfer:
-            share = op.amount / problem.activation[op.stage] if problem.activation[op.stage] > 0 else 1.0
-            amount = acts[op.stage] if share >= 1 - EPS else share * acts[op.stage]
+            planned, act = problem.activation.at(op.stage, op.microbatch), acts.at(op.stage, op.microbatch)
+            share = op.amount / planned if planned > 0 else 1.0
+            amount = act if share >= 1 - EPS else share * act
             amount = float((moved or {}).get((op.stage, op.microbatch), amount))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, op.device, op.start, op.end, amount))
     return peak_memory(measured_problem, ops)
@@ -81,10 +105,44 @@ def measured_keep(acts: list[float], keep_bytes: dict[int, int]) -> list[float]:
     return keep
 
 
+@dataclass
+class ActivationComparison:
+    """Each (stage, microbatch)'s activation bytes: measured on the run, predicted by the problem."""
+
+    measured: dict[tuple[int, int], int]
+    predicted: dict[tuple[int, int], int]
+
+    @property
+    def differing(self) -> list[tuple[int, int]]:
+        return [key for key in sorted(self.predicted) if self.measured.get(key) != self.predicted[key]]
+
+    def render(self) -> str:
+        keys = sorted(self.predicted)
+        sizes = sorted({self.predicted[k] for k in keys})
+        head = (f"activation bytes per microbatch, measured against the problem's: {len(keys) - len(self.differing)} "
+                f"of {len(keys)} (stage, microbatch) equal ({len(sizes)} distinct sizes, {sizes[0]} to {sizes[-1]} B)")
+        return "\n".join([head] + [f"  stage {s} microbatch {j}: measured {self.measured.get((s, j))} B, predicted "
+                                    f"{self.predicted[(s, j)]} B" for s, j in self.differing[:5]])
+
+
+def activation_comparison(schedule: Schedule, results) -> ActivationComparison | None:
+    """The measured bytes of every (stage, microbatch) beside ``problem.activation.at(s, j)`` in bytes,
+    for a problem this executor profiled (``x-profile``, memory in GiB); None for others (their
+    memory is not this executor's bytes)."""
+    from ppsolve.executor.profiler import GIB
+
+    problem = schedule.problem
+    if "x-profile" not in problem.annotations or problem.units[1] != MEMORY_UNIT:
+        return None
+    measured = {(s, j): size for s, sizes in microbatch_bytes(results).items() for j, size in enumerate(sizes)}
+    predicted = {(s, j): round(value * GIB) for s, j, value in problem.activation.values()}
+    return ActivationComparison(measured, predicted)
+
+
 def figures(schedule: Schedule, results) -> list[RankFigures]:
     moved = {(rec.stage, rec.microbatch): rec.moved for result in results for rec in result.records
              if rec.kind == OpKind.OFFLOAD.value}
-    predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"),
+    predicted = predicted_peaks(schedule, microbatch_bytes(results), microbatch_bytes(results, "hold_bytes"),
                                 stage_bytes(results, "keep_bytes"), moved)
     out = []
     for result in results:
