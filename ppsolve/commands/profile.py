@@ -30,6 +30,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, GiB (default none)")
     parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
                         help="blocks per stage: even (default), '1,3' or 'Et*1|t*3L'; recorded in the file")
+    parser.add_argument("--microbatch-tokens", metavar="N,N,...",
+                        help="the real tokens of each microbatch (one count per microbatch, at most the model's "
+                             "sequence): costs per microbatch, recorded as x-microbatch-tokens")
+    parser.add_argument("--token-budget", type=int, metavar="N",
+                        help="with --microbatch-tokens: pad every microbatch to N tokens (one shape, as --runtime "
+                             "torch needs): times of the real tokens, memory of the padded shape")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto (default): cuda:0 when CUDA is available, else CPU; cuda is refused without CUDA")
@@ -63,17 +69,23 @@ def run(args: argparse.Namespace) -> int:
     refuse_too_big(spec)
     stages = args.devices * args.chunks
     partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
+    lengths = _lengths(args, spec)
     device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
-                      repeats=args.repeats, device=device, partition=partition, recompute=args.recompute)
+                      repeats=args.repeats, device=device, partition=partition, recompute=args.recompute,
+                      lengths=lengths)
     write_json_atomic(args.output, problem.to_dict())
     warn(problem)
-    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-    gib = lambda xs: " ".join(f"{x:.3g}" for x in xs)  # noqa: E731
+    per = lambda grid: _row(grid, "{:.3f}")  # noqa: E731
+    gib = lambda grid: _row(grid, "{:.3g}")  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
     print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
     print(f"  partition:          {problem.annotations['x-partition']['layout']}")
+    if lengths is not None:
+        padded = "" if lengths.budget is None else f", padded to {lengths.budget}"
+        print(f"  microbatch tokens:  {' '.join(map(str, lengths.tokens))}{padded} (per stage below: least-most "
+              "over microbatches)")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")
@@ -89,3 +101,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"  host copy GiB/ms:   d2h {problem.offload.d2h:.3g}  h2d {problem.offload.h2d:.3g}")
     print(f"wrote {args.output}")
     return 0
+
+
+def _lengths(args, spec):
+    """``--microbatch-tokens`` and ``--token-budget`` as :class:`ppsolve.executor.tokens.Lengths` (or None)."""
+    from ppsolve.errors import InputError
+    from ppsolve.executor.tokens import BUDGET, TOKENS, lengths_of
+
+    if args.microbatch_tokens is None and args.token_budget is None:
+        return None
+    try:
+        tokens = None if args.microbatch_tokens is None else [int(t) for t in args.microbatch_tokens.split(",")]
+    except ValueError:
+        raise InputError("--microbatch-tokens", f"must be integers separated by commas, got "
+                                                f"{args.microbatch_tokens!r}") from None
+    annotations = {k: v for k, v in ((TOKENS, tokens), (BUDGET, args.token_budget)) if v is not None}
+    sequence = spec.dims["sequence"] if spec.kind == "transformer" else None
+    return lengths_of(annotations, args.microbatches, sequence, ("--microbatch-tokens", "--token-budget"))
+
+
+def _row(grid, form: str) -> str:
+    """A cost's value per stage, or its least-most over microbatches where they differ."""
+    cells = []
+    for s in range(grid.stages):
+        low, high = grid.low(s), grid.high(s)
+        cells.append(form.format(low) if low == high else f"{form.format(low)}-{form.format(high)}")
+    return " ".join(cells)

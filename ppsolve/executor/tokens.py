@@ -38,22 +38,24 @@ class Lengths:
         return self.budget if self.budget is not None else self.tokens[j]
 
 
-def lengths_of(annotations: dict, microbatches: int, sequence: int | None) -> Lengths | None:
+def lengths_of(annotations: dict, microbatches: int, sequence: int | None,
+               names: tuple[str, str] = (f"problem.{TOKENS}", f"problem.{BUDGET}")) -> Lengths | None:
     """The problem's token annotations, validated against its microbatches and the model's
-    ``sequence`` (None: a model without sequences, which cannot take them); None when absent."""
+    ``sequence`` (None: a model without sequences, which cannot take them); None when absent.
+    ``names``: what an error calls the two fields."""
     raw, budget = annotations.get(TOKENS), annotations.get(BUDGET)
     if raw is None and budget is None:
         return None
     if raw is None:
-        raise InputError(f"problem.{BUDGET}", f"needs {TOKENS} (the real tokens of each microbatch)")
+        raise InputError(names[1], f"needs {names[0]} (the real tokens of each microbatch)")
     if sequence is None:
-        raise InputError(f"problem.{TOKENS}", "needs a transformer model (one with a sequence length)")
+        raise InputError(names[0], "needs a transformer model (one with a sequence length)")
     if not isinstance(raw, list) or len(raw) != microbatches:
-        raise InputError(f"problem.{TOKENS}", f"must be a list of {microbatches} token counts (one per microbatch)")
+        raise InputError(names[0], f"must be a list of {microbatches} token counts (one per microbatch)")
     if budget is not None:
-        budget = _count(budget, sequence, f"problem.{BUDGET}")
+        budget = _count(budget, sequence, names[1])
     limit = budget if budget is not None else sequence
-    tokens = tuple(_count(t, limit, f"problem.{TOKENS}[{j}]") for j, t in enumerate(raw))
+    tokens = tuple(_count(t, limit, f"{names[0]}[{j}]") for j, t in enumerate(raw))
     return Lengths(tokens, budget)
 
 
