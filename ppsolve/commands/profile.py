@@ -1,7 +1,9 @@
 """``ppsolve profile --model MODEL.json ...``: measure the stages here, write a problem file (ms, GiB).
 
 The model is the transformer description ``ppsolve problem`` reads (or a model of
-``models/``); ``--shrink`` measures a smaller model of the same layer types.
+``models/``); ``--shrink`` measures a smaller model of the same layer types. ``--lengths`` also measures
+the stages at two or three tokens per microbatch and says how far the cost model's per-microbatch scaling
+(the one ``ppsolve problem --documents`` uses) is from the measurement (``executor.scaling``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--token-budget", type=int, metavar="N",
                         help="with --microbatch-tokens: pad every microbatch to N tokens (one shape, as --runtime "
                              "torch needs): times of the real tokens, memory of the padded shape")
+    parser.add_argument("--lengths", metavar="T1,T2[,T3]",
+                        help="also measure the stages at these tokens per microbatch (one document each) and "
+                             "print how far the cost model's scaling is from it; recorded under x-scaling")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto (default): cuda:0 when CUDA is available, else CPU; cuda is refused without CUDA")
@@ -53,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.units import warn
 
     require_directory(args.output)
+    if args.lengths is not None:
+        from ppsolve.executor.scaling import parse_lengths
+
+        lengths = parse_lengths(args.lengths)
     for name in ("devices", "chunks", "microbatches", "repeats"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
@@ -69,22 +78,33 @@ def run(args: argparse.Namespace) -> int:
     refuse_too_big(spec)
     stages = args.devices * args.chunks
     partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
-    lengths = _lengths(args, spec)
+    tokens = _microbatch_tokens(args, spec)
     device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
                       repeats=args.repeats, device=device, partition=partition, recompute=args.recompute,
-                      lengths=lengths)
-    write_json_atomic(args.output, problem.to_dict())
+                      lengths=tokens)
+    data = problem.to_dict()
+    if args.lengths is not None:
+        from ppsolve.costmodel.descriptions import load_transformer, shrink
+        from ppsolve.costmodel.partition import Partition
+        from ppsolve.executor.scaling import measure_scaling, render_scaling
+
+        model = load_transformer(args.model)
+        model = shrink(model, args.shrink) if args.shrink is not None else model
+        scaling = measure_scaling(model.with_micro_batch_size(args.micro_batch_size), lengths,
+                                  Partition(tuple(data["x-partition"]["layers"])), args.repeats, device)
+        data["x-scaling"] = scaling.to_dict()
+    write_json_atomic(args.output, data)
     warn(problem)
     per = lambda grid: _row(grid, "{:.3f}")  # noqa: E731
     gib = lambda grid: _row(grid, "{:.3g}")  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
     print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
     print(f"  partition:          {problem.annotations['x-partition']['layout']}")
-    if lengths is not None:
-        padded = "" if lengths.budget is None else f", padded to {lengths.budget}"
-        print(f"  microbatch tokens:  {' '.join(map(str, lengths.tokens))}{padded} (per stage below: least-most "
+    if tokens is not None:
+        padded = "" if tokens.budget is None else f", padded to {tokens.budget}"
+        print(f"  microbatch tokens:  {' '.join(map(str, tokens.tokens))}{padded} (per stage below: least-most "
               "over microbatches)")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
@@ -99,11 +119,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  host copy GiB/ms:   {problem.offload.d2h:.3g}")
     elif problem.offload is not None:
         print(f"  host copy GiB/ms:   d2h {problem.offload.d2h:.3g}  h2d {problem.offload.h2d:.3g}")
+    if args.lengths is not None:
+        print(render_scaling(scaling))
     print(f"wrote {args.output}")
     return 0
 
 
-def _lengths(args, spec):
+def _microbatch_tokens(args, spec):
     """``--microbatch-tokens`` and ``--token-budget`` as :class:`ppsolve.executor.tokens.Lengths` (or None)."""
     from ppsolve.errors import InputError
     from ppsolve.executor.tokens import BUDGET, TOKENS, lengths_of
