@@ -63,23 +63,20 @@ def _per_op(sizes: dict[int, list[int]], stages: int) -> list:
     return [[float(x) for x in sizes[s]] for s in range(stages)]
 
 
-def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict,
-                    keep_bytes: dict[int, int] | None = None,
+def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict, keep_bytes: dict | None = None,
                     moved: dict[tuple[int, int], int] | None = None) -> list[float]:
     """SPEC.md's peak per device with activation, weight_hold and (stages that recompute)
-    recompute keep set to the measured bytes: per stage one count, or (activation and
-    weight_hold) the list of each microbatch's."""
+    recompute keep set to the measured bytes: per stage one count, or the list of each
+    microbatch's (m counts)."""
     problem = schedule.problem
-    S = problem.num_stages
+    S, M = problem.num_stages, problem.microbatches
     data = problem.to_dict()
-    as_lists = lambda sizes: {s: v if isinstance(v, list) else [v] * problem.microbatches  # noqa: E731
-                              for s, v in sizes.items()}
-    activation = _per_op(as_lists(act_bytes), S)
-    holds = _per_op(as_lists(hold_bytes), S) if problem.split_backward else 0
-    data["memory"] = {"activation": activation, "weight_hold": holds, "capacity": None}
+    as_lists = lambda sizes: {s: v if isinstance(v, list) else [v] * M for s, v in sizes.items()}  # noqa: E731
+    acts = as_lists(act_bytes)
+    data["memory"] = {"activation": _per_op(acts, S), "capacity": None,
+                      "weight_hold": _per_op(as_lists(hold_bytes), S) if problem.split_backward else 0}
     if problem.recompute is not None:
-        least = [min(row) if isinstance(row, list) else row for row in activation]
-        data["recompute"]["keep"] = measured_keep(least, keep_bytes or {})
+        data["recompute"]["keep"] = _per_op(measured_keep(acts, as_lists(keep_bytes or {})), S)
     measured_problem = problem_from_dict(data)
     acts = measured_problem.activation
     ops = []
@@ -94,15 +91,27 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict,
     return peak_memory(measured_problem, ops)
 
 
-def measured_keep(acts: list[float], keep_bytes: dict[int, int]) -> list[float]:
-    """The recompute block's keep per stage: the measured checkpoint bytes where the stage
-    recomputes (0 elsewhere: no event uses it). The memory model needs keep <= activation."""
-    keep = [float(keep_bytes.get(s, 0)) for s in range(len(acts))]
-    for s, (kept, act) in enumerate(zip(keep, acts)):
-        if kept > act:
-            raise ValueError(f"stage {s}: a recomputed forward kept {kept:.0f} bytes, more than the {act:.0f} "
-                             "bytes of its activation (the stage's forward does not save its input)")
+def measured_keep(acts: dict[int, list[int]], keep_bytes: dict[int, list[int]]) -> dict[int, list[int]]:
+    """The recompute block's keep per (stage, microbatch): the measured checkpoint bytes where the
+    stage recomputes (0 elsewhere: no event uses it). The memory model needs keep <= activation."""
+    keep = {s: keep_bytes.get(s, [0] * len(row)) for s, row in acts.items()}
+    for s, row in keep.items():
+        for j, (kept, act) in enumerate(zip(row, acts[s])):
+            if kept > act:
+                raise ValueError(f"stage {s} microbatch {j}: a recomputed forward kept {kept:.0f} bytes, more than "
+                                 f"the {act:.0f} bytes of its activation (the stage's forward does not save its input)")
     return keep
+
+
+def keep_by_microbatch(schedule: Schedule, results) -> dict[int, int | list[int]]:
+    """What each recomputed forward kept: per stage that recomputes one count when its microbatches
+    agree, else m counts (0 where the microbatch is not recomputed)."""
+    out: dict[int, int | list[int]] = {}
+    recomputed = schedule.recomputed_by_stage()
+    for s, sizes in microbatch_bytes(results, "keep_bytes").items():
+        by_j = dict(zip(recomputed[s], sizes))  # the runtimes list them in microbatch order
+        out[s] = sizes[0] if len(set(sizes)) == 1 else [by_j.get(j, 0) for j in range(schedule.problem.microbatches)]
+    return out
 
 
 @dataclass
@@ -143,7 +152,7 @@ def figures(schedule: Schedule, results) -> list[RankFigures]:
     moved = {(rec.stage, rec.microbatch): rec.moved for result in results for rec in result.records
              if rec.kind == OpKind.OFFLOAD.value}
     predicted = predicted_peaks(schedule, microbatch_bytes(results), microbatch_bytes(results, "hold_bytes"),
-                                stage_bytes(results, "keep_bytes"), moved)
+                                keep_by_microbatch(schedule, results), moved)
     out = []
     for result in results:
         by_kind: dict[str, list[float]] = {}

@@ -105,12 +105,13 @@ def run_schedule_and_compare(schedule: Schedule, model_path, ranks: int | None =
     return outcome
 
 
-def per_microbatch(prob, mult: list[float], keys=("forward", "backward_input", "backward_weight", "activation")):
+def per_microbatch(prob, mult: list[float],
+                   keys=("forward", "backward_input", "backward_weight", "activation", "weight_hold")):
     """``prob`` with microbatch j of every stage costing ``mult[j]`` times the stage's value of each
-    field of ``keys`` (time fields and ``activation``; version 4's S lists of m)."""
+    field of ``keys`` (time fields, ``activation``, ``weight_hold``; version 4's S lists of m)."""
     data = prob.to_dict()
     for key in keys:
-        block = "memory" if key == "activation" else "time"
+        block = "memory" if key in ("activation", "weight_hold") else "time"
         grid = getattr(prob, key)
         data[block][key] = [[grid[s] * x for x in mult] for s in range(prob.num_stages)]
     if prob.recompute is not None:  # keep <= activation for every microbatch
