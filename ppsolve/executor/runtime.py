@@ -12,7 +12,9 @@ start, a transfer before a compute op that starts at the same time). An action s
   names them (per other lane, the last one in lane order).
 
 Microbatch j's data and messages have its own sequence length where the problem gives one
-(``x-microbatch-tokens``, :mod:`ppsolve.executor.tokens`). Sends are asynchronous (``isend``); how receives are matched is the ``comm`` module's
+(``x-microbatch-tokens``, :mod:`ppsolve.executor.tokens`).
+
+Sends are asynchronous (``isend``); how receives are matched is the ``comm`` module's
 business (tags up front on gloo, ordered channels on NCCL). The ``Device`` does the rest:
 
 - CPU: one thread runs the list in order and transfers are synchronous copies at their
