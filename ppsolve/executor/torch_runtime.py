@@ -75,6 +75,11 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
             raise RuntimeError(f"rank {rank} ran {log[at] if at < len(log) else 'nothing'} at action {at}, the "
                                f"exported files say {expected[at] if at < len(expected) else 'nothing'}")
     dev.synchronize()
+    return measured(result, plan, log, parameter_grads(modules) if job.check else None)
+
+
+def measured(result: RankResult, plan, executed: list[str], grads: dict | None) -> RankResult:
+    """``result`` filled with what the plan's custom functions measured in the last step."""
     result.losses = {j: float(loss.detach()) for j, loss in plan.losses.items()}
     result.records = [OpRecord(r.action, r.kind, r.stage, r.microbatch, plan.seconds(r.start), plan.seconds(r.end),
                                r.held, r.moved) for r in plan.records]
@@ -82,9 +87,9 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     result.activation_bytes = plan.bytes_by_stage("activation_bytes")
     result.hold_bytes = plan.bytes_by_stage("hold_bytes")
     result.keep_bytes = plan.bytes_by_stage("keep_bytes")
-    result.executed = list(log)
-    if job.check:
-        result.grads = parameter_grads(modules)
+    result.executed = list(executed)
+    if grads is not None:
+        result.grads = grads
     return result
 
 
