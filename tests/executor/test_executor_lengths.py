@@ -19,7 +19,7 @@ from ppsolve.checker import check  # noqa: E402
 from ppsolve.cli import main  # noqa: E402
 from ppsolve.errors import InputError  # noqa: E402
 from ppsolve.executor import models  # noqa: E402
-from ppsolve.executor.api import TOLERANCE, execute_all, prepare  # noqa: E402
+from ppsolve.executor.api import TOLERANCE, execute, execute_all, prepare  # noqa: E402
 from ppsolve.executor.spec import load_model_spec  # noqa: E402
 from ppsolve.executor.tokens import Lengths, lengths_of  # noqa: E402
 from ppsolve.problem import load_problem, problem_from_dict  # noqa: E402
@@ -132,6 +132,15 @@ def test_ppsolve_runtime_runs_each_microbatch_at_its_length():
     for outcome in outcomes.values():
         for s, sizes in _bytes(outcome).items():
             assert [sizes[TOKENS.index(t)] for t in sorted(TOKENS)] == sorted(set(sizes)), s  # 4 sizes, by length
+
+
+@pytest.mark.slow
+def test_ordered_channels_size_each_receive_by_its_microbatch():
+    # NCCL's protocol (receives posted in channel order when needed) on gloo: each buffer takes the
+    # shape of the message it receives, whose microbatch the channel order names
+    outcome = execute(_mixed_vshape(), GPT, check=True, device="cpu", comm="ordered", timeout_s=TIMEOUT_S)
+    _assert_ran({"mixed-vshape-ordered": outcome})
+    assert all(len(set(sizes)) == 4 for sizes in _bytes(outcome).values())
 
 
 @pytest.mark.slow
