@@ -1,6 +1,7 @@
 """The single-process reference: the whole model, the same data (each microbatch at its
-real tokens, unpadded), every microbatch forward and backward; loss = mean of the microbatch losses. It runs on the device
-kind of the run (CUDA: cuda:0 with TF32 off); gradients come back on the CPU."""
+real tokens, unpadded), every microbatch forward and backward; loss = mean of the microbatch
+losses. It runs on the device kind of the run (CUDA: cuda:0 with TF32 off); gradients come
+back on the CPU."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.executor.helpers import MODELS, make, mixed_levers, per_microbatch, permuted, pipelined_orders, problem  # noqa: E402
+from tests.executor.helpers import (MODELS, make, mixed_levers, per_microbatch, permuted,  # noqa: E402
+                                    pipelined_orders, problem)
 from tests.helpers import one_f_one_b_orders  # noqa: E402
 
 from ppsolve.checker import check  # noqa: E402
