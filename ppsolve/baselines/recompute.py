@@ -12,8 +12,9 @@
   a stage is recomputed wholly or not at all. The rule: while a device exceeds its cap,
   recompute every microbatch of one more of its stages, the one with the least recompute
   time per memory saved (``recompute.time[s] / recompute_saving(s)``, their means over the
-  microbatches when these differ; ties: the larger saving, then the lower stage), and time the plan again. On the linear placement
-  that recomputes exactly the stages of the devices over the cap, the fewest that fit.
+  microbatches when these differ; ties: the larger saving, then the lower stage), and time the
+  plan again. On the linear placement that recomputes exactly the stages of the devices over
+  the cap, the fewest that fit.
   When every stage of a device over its cap is recomputed and it still does not fit, the
   method refuses with what that device needs.
 
