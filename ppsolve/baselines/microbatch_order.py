@@ -12,10 +12,12 @@ The orders, by name (method ``NAME@ORDER``, e.g. ``1f1b@longest-first``; :func:`
 * ``longest-first``, ``shortest-first``: by the microbatch's critical cost, the sum over
   stages of its F, B and W (:func:`critical_costs`); ties in data order.
 * ``search`` (DynaPipe-like): data order, both sorts, the microbatches clustered by cost
-  and interleaved (long, short, long, ...), reversed, then random orders and swaps of the
-  best one (seeded by ``RunOptions.seed``), at most ``SEARCH_BUDGET`` builds (fewer on large
-  problems: :func:`search_budget`) or the time limit; the shortest makespan within the caps
-  wins, data order on ties. It is never slower than data order when data order fits.
+  and interleaved (long, short, long, ...), reversed, data order sorted within windows of
+  d and 2d microbatches (which keeps near data order's memory), then random draws seeded by
+  ``RunOptions.seed``: a swap of two microbatches of the best order so far (a ``SWAPS`` share
+  of the draws) or any order (a random restart); at most ``SEARCH_BUDGET`` builds (fewer on
+  large problems: :func:`search_budget`) or the time limit. The shortest makespan within
+  the caps wins, data order on ties: it is never slower than data order when that fits.
 
 On a problem whose microbatches all cost the same every order gives the same schedule: the
 search then builds data order only, and the sorts are data order.
@@ -38,11 +40,13 @@ from ppsolve.schedule import MethodInfo, Schedule
 SEPARATOR = "@"
 # builds the search makes at most (each one runs the method once), fewer on large problems: at most
 # SEARCH_OPS compute ops built in all, at least SEARCH_LEAST builds
-SEARCH_BUDGET = 48
+SEARCH_BUDGET = 96
 SEARCH_OPS = 200_000
 SEARCH_LEAST = 8
 # clusters of microbatches by cost that the search interleaves
 CLUSTERS = (2, 3, 4)
+# the share of the random draws that swap two microbatches of the best order (the rest: any order)
+SWAPS = 0.9
 
 Permutation = list[int]
 
@@ -69,6 +73,15 @@ def interleaved(problem: Problem, clusters: int) -> Permutation:
     size = -(-len(ranked) // clusters)
     groups = [ranked[k * size:(k + 1) * size] for k in range(clusters)]
     return [group[i] for i in range(size) for group in groups if i < len(group)]
+
+
+def windowed(problem: Problem, size: int, longest: bool) -> Permutation:
+    """Data order with each window of ``size`` consecutive microbatches sorted by cost: close to data
+    order in which microbatches are in flight together (so in memory), shorter bubbles within."""
+    costs = critical_costs(problem)
+    data = list(range(problem.microbatches))
+    return [j for k in range(0, len(data), size)
+            for j in sorted(data[k:k + size], key=lambda j: ((-costs[j]) if longest else costs[j], j))]
 
 
 def renamed(schedule: Schedule, problem: Problem, permutation: Sequence[int], name: str) -> Schedule:
@@ -137,13 +150,15 @@ def search(method: Method, problem: Problem, options: RunOptions, name: str) -> 
             best = (rank, schedule)
 
     for permutation in (data, longest_first(problem), shortest_first(problem),
-                        *(interleaved(problem, c) for c in CLUSTERS if c < m), data[::-1]):
+                        *(interleaved(problem, c) for c in CLUSTERS if c < m), data[::-1],
+                        *(windowed(problem, w, longest) for w in (problem.devices, 2 * problem.devices)
+                          for longest in (True, False) if w < m)):
         trial(permutation)
     rng = random.Random(options.seed)
     for _ in range(4 * budget):  # a repeated order costs no build: a few more draws than builds
         if builds >= budget or (deadline is not None and time.perf_counter() > deadline):
             break
-        if best is not None and rng.random() < 0.5:  # a swap of two microbatches of the best order
+        if best is not None and rng.random() < SWAPS:  # a swap of two microbatches of the best order
             permutation = list(best[1].method.params["microbatch_order"])
             a, b = rng.sample(range(m), 2)
             permutation[a], permutation[b] = permutation[b], permutation[a]
