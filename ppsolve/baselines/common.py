@@ -116,9 +116,14 @@ def memory_deltas(problem: Problem) -> dict[OpKind, list[tuple[float, ...]]]:
     """Per kind, stage and microbatch (``delta[kind][s][j]``), how a device's memory changes with an F
     (at its start), a B and a W (at their ends)."""
     S, m = problem.num_stages, problem.microbatches
+
+    def released(kind: OpKind, s: int) -> tuple[float, ...]:
+        if not problem.per_microbatch:  # one value a stage
+            return (-problem.released_by(kind, s, 0),) * m
+        return tuple(-problem.released_by(kind, s, j) for j in range(m))
+
     return {OpKind.F: [problem.activation.row(s) for s in range(S)],
-            OpKind.B: [tuple(-problem.released_by(OpKind.B, s, j) for j in range(m)) for s in range(S)],
-            OpKind.W: [tuple(-problem.released_by(OpKind.W, s, j) for j in range(m)) for s in range(S)]}
+            OpKind.B: [released(OpKind.B, s) for s in range(S)], OpKind.W: [released(OpKind.W, s) for s in range(S)]}
 
 
 def largest(grid) -> float:

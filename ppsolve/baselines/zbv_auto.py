@@ -157,7 +157,11 @@ class _Builder:
             return
         arrival += self.comm
         pending, next_w, cur = self.pending[i], self.next_w, self.cur
-        while next_w[i] < len(pending) and arrival >= cur[i] + self.next_of(self.cost, i, _W, pending[next_w[i]]):
+        w_cost, w_stage, w_count = self.cost[_W], self.stage[i][_W], self.count[i][_W]
+        while next_w[i] < len(pending):
+            lane = pending[next_w[i]]  # the next W's lane; its microbatch is that lane's W count
+            if arrival < cur[i] + w_cost[w_stage[lane]][w_count[lane]]:
+                break
             self.put_w(i)
         if next_w[i] < len(pending):
             wait, most, bubble = arrival - cur[i], self.most_bubble, self.bubble[i]
