@@ -191,7 +191,7 @@ def test_the_cli_builds_an_order(tmp_path, capsys):
 
 def test_the_warm_start_and_the_advice_try_the_orders():
     from ppsolve.solvers.warm_start import best_warm_start
-    from ppsolve.studies.advice import compare_orders, compare_published
+    from ppsolve.studies.advice import Advice, compare_orders, compare_published
 
     problem = load_problem(EXAMPLE).replace(capacity=None)
     found = []
@@ -203,3 +203,8 @@ def test_the_warm_start_and_the_advice_try_the_orders():
     order = compare_orders(problem, best)
     assert "@" in order.name and order.makespan <= best.makespan
     assert compare_orders(make_problem(4, 8, "linear", "split"), best) is None
+    advice = Advice(makespan=order.makespan, best=best, refused=(), gap="", offload="", unbounded_makespan=None,
+                    least_cap=None, least_cap_by=None, least_cap_command=None, best_order=order)
+    assert (f"this batch in data order: {best.name}, {best.makespan:g}; best published order: {order.name}, "
+            f"{order.makespan:g} (this solve is as fast as it)") in advice.lines()
+    assert advice.to_dict()["best_published_order"]["name"] == order.name
