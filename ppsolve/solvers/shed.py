@@ -67,8 +67,10 @@ def trim_amounts(problem, ops: list, until: float | None = None, max_tries: int 
         amount = ops[i].amount - spare
         if spare <= slack(cap) or amount <= slack(ops[i].amount):
             continue
-        ops[i] = ops[i]._replace(end=ops[i].start + problem.duration(OpKind.OFFLOAD, off.stage, amount), amount=amount)
-        ops[k] = rel._replace(end=rel.start + problem.duration(OpKind.RELOAD, off.stage, amount), amount=amount)
+        trip = {kind: problem.duration(kind, off.stage, off.microbatch, amount=amount)
+                for kind in (OpKind.OFFLOAD, OpKind.RELOAD)}
+        ops[i] = ops[i]._replace(end=ops[i].start + trip[OpKind.OFFLOAD], amount=amount)
+        ops[k] = rel._replace(end=rel.start + trip[OpKind.RELOAD], amount=amount)
     return ops
 
 
