@@ -51,11 +51,12 @@ from ppsolve.tolerance import EPS, MODEL_EPS, slack
 
 def model_ops(problem: Problem, offload: bool, recompute: bool = True) -> int:
     """How many ops a model of the whole problem places (compute ops, and the transfers and R it may add)."""
-    n = problem.num_stages * problem.microbatches * len(problem.kinds)
+    keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
+    n = len(keys) * len(problem.kinds)
     if offload and problem.can_offload:
-        n += 2 * problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.max_offload(s) > 0)
+        n += 2 * sum(1 for s, j in keys if problem.max_offload(s, j) > 0)
     if recompute and problem.can_recompute:
-        n += problem.microbatches * sum(1 for s in range(problem.num_stages) if problem.recompute_saving(s) > 0)
+        n += sum(1 for s, j in keys if problem.recompute_saving(s, j) > 0)
     return n
 
 
