@@ -19,7 +19,7 @@ from ppsolve.gcpause import without_gc
 from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
-from ppsolve.tolerance import MODEL_EPS, slack
+from ppsolve.tolerance import MODEL_EPS, exceeds, slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -234,7 +234,7 @@ class _Checker:
             level = 0.0
             for time, delta in events[device]:
                 level += delta
-                if level > cap + self.eps:
+                if exceeds(level, cap):
                     self.add("memory", f"device {device} holds {level:g} at time {time:g}, capacity is {cap:g}",
                              time=time)
                     break

@@ -41,6 +41,8 @@ MAX_SECONDS = 1e9
 is written into the schedule file, so it stays a number ppsolve reads back."""
 MAX_DEPTH = 32
 """The deepest nesting of lists and objects in a file."""
+MAX_DOCUMENTS = 100_000
+"""Documents of one batch (``ppsolve problem --documents``): packing them takes about a second."""
 
 COUNT_LIMITS = {"devices": MAX_DEVICES, "microbatches": MAX_MICROBATCHES, "chunks": MAX_CHUNKS}
 
@@ -58,6 +60,12 @@ def check_counts(data: dict, where: str) -> None:
     if ops > MAX_OPS:
         raise InputError(where, f"has {ops} compute ops (devices x chunks x microbatches x "
                                 f"{_kinds(data)}); ppsolve's limit is {MAX_OPS}")
+
+
+def check_documents(count: int, where: str) -> None:
+    """Refuse a batch of more than MAX_DOCUMENTS documents."""
+    if count > MAX_DOCUMENTS:
+        raise InputError(where, f"has {count} documents; ppsolve's limit is {MAX_DOCUMENTS}")
 
 
 def check_transfer_time(amount: float, bandwidth: float, where: str) -> None:

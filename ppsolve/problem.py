@@ -253,6 +253,18 @@ class Problem:
             return 2 * link + 1
         return 2 * link
 
+    @property
+    def link_lanes(self) -> tuple[str, ...]:
+        """The names of a device's host-link lanes: d2h and h2d, or one ``link`` lane when not duplex."""
+        return ("link",) if self.offload is not None and not self.offload.duplex else ("d2h", "h2d")
+
+    def lane_name(self, kind: OpKind) -> str:
+        """The lane an op of ``kind`` runs on: ``compute``, or its host-link lane (see :attr:`link_lanes`)."""
+        if kind.is_compute:
+            return "compute"
+        lanes = self.link_lanes
+        return lanes[0] if len(lanes) == 1 or kind is OpKind.OFFLOAD else lanes[1]
+
     def compute_ops(self) -> list[Op]:
         """Every compute op of one iteration."""
         return [Op(kind, s, j) for s in range(self.num_stages) for j in range(self.microbatches) for kind in self.kinds]
@@ -264,6 +276,12 @@ class Problem:
     def device_load(self, device: int) -> float:
         """Total compute time of one device."""
         return sum(self.stage_load(s) for s in self.stages_of_device[device])
+
+    @cached_property
+    def microbatch_work(self) -> tuple[float, ...]:
+        """Per microbatch, the compute time of its F, B (and W) over every stage: its critical cost."""
+        work = sum(self.durations[k].array.sum(axis=0) for k in self.kinds)
+        return tuple(float(w) for w in work)
 
     @cached_property
     def total_compute(self) -> float:

@@ -17,3 +17,9 @@ MODEL_EPS = 1e-6
 def slack(scale: float) -> float:
     """What a figure of size ``scale`` may be off by: EPS, relative once ``scale`` exceeds 1."""
     return EPS * max(1.0, abs(scale))
+
+
+def exceeds(level: float, capacity: float | None) -> bool:
+    """Whether a memory ``level`` is over ``capacity`` (None: unbounded): the one "over capacity" test of
+    ppsolve, with the slack of the capacity's size."""
+    return capacity is not None and level > capacity + slack(capacity)

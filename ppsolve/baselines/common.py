@@ -21,7 +21,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.tolerance import EPS, slack
+from ppsolve.tolerance import EPS, exceeds
 
 Orders = list[list[Op]]
 
@@ -98,8 +98,7 @@ def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, flo
     if all(cap is None for cap in problem.capacity):
         return []
     peaks = peak_memory(problem, ops)
-    return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity)
-            if cap is not None and peaks[d] > cap + slack(cap)]
+    return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity) if exceeds(peaks[d], cap)]
 
 
 def memory_deltas(problem: Problem) -> dict[OpKind, list[float]]:

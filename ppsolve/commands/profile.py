@@ -1,7 +1,9 @@
 """``ppsolve profile --model MODEL.json ...``: measure the stages here, write a problem file (ms, GiB).
 
 The model is the transformer description ``ppsolve problem`` reads (or a model of
-``models/``); ``--shrink`` measures a smaller model of the same layer types.
+``models/``); ``--shrink`` measures a smaller model of the same layer types. ``--lengths`` also measures
+the stages at two or three tokens per microbatch and says how far the cost model's per-microbatch scaling
+(the one ``ppsolve problem --documents`` uses) is from the measurement (``executor.scaling``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, GiB (default none)")
     parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
                         help="blocks per stage: even (default), '1,3' or 'Et*1|t*3L'; recorded in the file")
+    parser.add_argument("--lengths", metavar="T1,T2[,T3]",
+                        help="also measure the stages at these tokens per microbatch (one document each) and "
+                             "print how far the cost model's scaling is from it; recorded under x-scaling")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto (default): cuda:0 when CUDA is available, else CPU; cuda is refused without CUDA")
@@ -47,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     from ppsolve.units import warn
 
     require_directory(args.output)
+    if args.lengths is not None:
+        from ppsolve.executor.scaling import parse_lengths
+
+        lengths = parse_lengths(args.lengths)
     for name in ("devices", "chunks", "microbatches", "repeats"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name}", f"must be >= 1, got {getattr(args, name)}")
@@ -67,7 +76,18 @@ def run(args: argparse.Namespace) -> int:
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
                       repeats=args.repeats, device=device, partition=partition, recompute=args.recompute)
-    write_json_atomic(args.output, problem.to_dict())
+    data = problem.to_dict()
+    if args.lengths is not None:
+        from ppsolve.costmodel.descriptions import load_transformer, shrink
+        from ppsolve.costmodel.partition import Partition
+        from ppsolve.executor.scaling import measure_scaling, render_scaling
+
+        model = load_transformer(args.model)
+        model = shrink(model, args.shrink) if args.shrink is not None else model
+        scaling = measure_scaling(model.with_micro_batch_size(args.micro_batch_size), lengths,
+                                  Partition(tuple(data["x-partition"]["layers"])), args.repeats, device)
+        data["x-scaling"] = scaling.to_dict()
+    write_json_atomic(args.output, data)
     warn(problem)
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
     gib = lambda xs: " ".join(f"{x:.3g}" for x in xs)  # noqa: E731
@@ -87,5 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  host copy GiB/ms:   {problem.offload.d2h:.3g}")
     elif problem.offload is not None:
         print(f"  host copy GiB/ms:   d2h {problem.offload.d2h:.3g}  h2d {problem.offload.h2d:.3g}")
+    if args.lengths is not None:
+        print(render_scaling(scaling))
     print(f"wrote {args.output}")
     return 0

@@ -4,8 +4,10 @@ Modules: ``descriptions`` (transformer and hardware files, bundled GPU profiles,
 their JSON Schemas in ``ppsolve/schemas/``, the shrink of a model), ``parallel`` (tensor,
 sequence, context and data parallelism, optimizer sharding, bytes per parameter),
 ``formulas`` (FLOPs and bytes per part of the model on one GPU), ``partition`` (blocks per stage, as text and as the ``x-partition``
-annotation), ``build`` (the problem of one partition) and ``search`` (the
-partition as a decision). Imports no solver until a search runs, and never torch.
+annotation), ``build`` (the problem of one partition), ``search`` (the
+partition as a decision), ``documents`` (costs per microbatch from document lengths),
+``packing`` (documents into microbatches) and ``batch`` (``--documents``: packing and its
+summary). Imports no solver until a search runs, and never torch.
 """
 
 from ppsolve.costmodel.build import Layout, build_problem, problem_data

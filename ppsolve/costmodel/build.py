@@ -54,13 +54,25 @@ def gib_per_ms(gbps: float) -> float:
     return gbps * 1e9 / GIB / 1e3
 
 
-def stage_costs(model: Transformer, partition: Partition, par: Parallelism = Parallelism()) -> list[formulas.PartCost]:
-    """Per-stage costs on one GPU for one microbatch: the blocks, the embedding on the first, the head on the last."""
+def stage_costs(model: Transformer, partition: Partition, par: Parallelism = Parallelism(),
+                pairs: float | None = None) -> list[formulas.PartCost]:
+    """Per-stage costs on one GPU for one microbatch: the blocks, the embedding on the first, the head on the last
+    (``pairs``: the attention's query-key pairs, see ``formulas.block``)."""
     last = partition.num_stages - 1
-    block = formulas.block(model, par)
+    block = formulas.block(model, par, pairs)
     return [block * count + (formulas.embedding(model, par) if s == 0 else formulas.PartCost())
             + (formulas.head(model, par) if s == last else formulas.PartCost())
             for s, count in enumerate(partition.layers)]
+
+
+def stage_ms(flops: float, nbytes: float, hardware: Hardware) -> float:
+    """Milliseconds of ``flops`` at the GPU's sustained rate plus ``nbytes`` over its NVLink (not overlapped)."""
+    return ms(flops, hardware.gpu.tflops) + nbytes / (hardware.gpu.nvlink_gbps * 1e9) * 1e3
+
+
+def p2p_ms(model: Transformer, hardware: Hardware, par: Parallelism) -> float:
+    """Milliseconds of one microbatch's message to the next stage: its bytes over the p2p link plus the latency."""
+    return formulas.boundary_bytes(model, par) / (hardware.p2p_gbps * 1e9) * 1e3 + hardware.p2p_latency_ms
 
 
 def reserve_gib(layout: Layout, hardware: Hardware) -> float:
@@ -122,11 +134,10 @@ def problem_data(model: Transformer, hardware: Hardware, layout: Layout, partiti
     placement = expand_placement(layout.placement, layout.devices, layout.chunks, "--placement")
     par = layout.parallel
     costs = stage_costs(model, partition, par)
-    tflops, link = hardware.gpu.tflops, hardware.gpu.nvlink_gbps * 1e9
-    t = lambda flops, nbytes=0.0: round(ms(flops, tflops) + nbytes / link * 1e3, TIME_DIGITS)  # noqa: E731
+    t = lambda flops, nbytes=0.0: round(stage_ms(flops, nbytes, hardware), TIME_DIGITS)  # noqa: E731
     g = lambda nbytes: round(nbytes / GIB, MEMORY_DIGITS)  # noqa: E731
     split = layout.backward == "split"
-    p2p = formulas.boundary_bytes(model, par) / (hardware.p2p_gbps * 1e9) * 1e3 + hardware.p2p_latency_ms
+    p2p = p2p_ms(model, hardware, par)
     memory = memory_breakdown(model, hardware, layout, costs, placement)
     data = {
         "format": PROBLEM_FORMAT,
@@ -207,10 +218,15 @@ def _sources(model: Transformer, hardware: Hardware, layout: Layout) -> dict:
 
 def build_problem(model: Transformer, hardware: Hardware, layout: Layout, partition: Partition) -> Problem:
     """The validated problem of ``model`` cut by ``partition`` on ``hardware``."""
+    check_layout(model, layout)
+    return problem_from_dict(problem_data(model, hardware, layout, partition))
+
+
+def check_layout(model: Transformer, layout: Layout) -> None:
+    """Refuse a backward mode, or a recompute with it, that no problem file can express."""
     if layout.backward not in ("split", "fused"):
         raise InputError("--backward", f"must be split or fused, got {layout.backward!r}")
     if model.recompute == "full" and layout.backward == "split":
         raise InputError("--recompute", "full recompute with a split backward cannot be written: W needs the "
                                         "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
                                         "(weight_hold > activation); use --recompute decide or --backward fused")
-    return problem_from_dict(problem_data(model, hardware, layout, partition))

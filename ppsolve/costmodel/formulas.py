@@ -153,13 +153,15 @@ def _block_bytes(m: Transformer, par: Parallelism) -> tuple[float, float]:
     return tp + cp, tp + 2 * cp
 
 
-def block(m: Transformer, par: Parallelism = ALONE) -> PartCost:
+def block(m: Transformer, par: Parallelism = ALONE, pairs: float | None = None) -> PartCost:
     """One transformer block on one GPU. With full recompute, ``weight_hold`` is what W needs (the hold of
-    no recompute), which exceeds the activation: only a fused backward can use it (see the module doc)."""
+    no recompute), which exceeds the activation: only a fused backward can use it (see the module doc).
+    ``pairs``: the (query, key) pairs attention computes for the whole micro-batch, default b s^2 (every
+    score of the sequence); ``documents`` passes those of a causal document mask."""
     b, s, h = m.micro_batch_size, m.sequence, m.hidden
     gpus = par.gpus_per_stage_rank
     gemm = block_gemm_flops(m) / gpus
-    attention = 4 * b * s * s * h / gpus
+    attention = (4 * b * s * s * h if pairs is None else 4 * pairs * h) / gpus
     forward = gemm + attention
     fwd_bytes, bwd_bytes = _block_bytes(m, par)
     full = m.recompute == "full"

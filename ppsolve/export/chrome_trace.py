@@ -16,8 +16,7 @@ from ppsolve.memory import memory_curves
 from ppsolve.ops import OpKind
 from ppsolve.schedule import Schedule
 
-LANES = {"compute": 0, "d2h": 1, "h2d": 2}
-LANE_OF_KIND = {OpKind.OFFLOAD: "d2h", OpKind.RELOAD: "h2d"}
+LANES = {"compute": 0, "d2h": 1, "h2d": 2, "link": 1}  # thread ids; "link": a half-duplex link's one lane
 # Colour names chrome://tracing knows (Perfetto picks its own).
 COLOR_OF_KIND = {OpKind.F: "thread_state_running", OpKind.B: "thread_state_iowait", OpKind.W: "good",
                  OpKind.R: "terrible", OpKind.OFFLOAD: "rail_load", OpKind.RELOAD: "rail_animation"}
@@ -32,7 +31,7 @@ def trace_events(schedule: Schedule, unit_us: float = 1000.0) -> dict:
     problem = schedule.problem
     chunk_of = {s: i for stages in problem.stages_of_device for i, s in enumerate(stages)}
     uses_link = problem.can_offload or any(op.kind.is_transfer for op in schedule.ops)
-    lanes = list(LANES) if uses_link else ["compute"]
+    lanes = ["compute", *problem.link_lanes] if uses_link else ["compute"]
     events: list[dict] = []
     for device in range(problem.devices):
         stages = ",".join(str(s) for s in problem.stages_of_device[device])
@@ -50,7 +49,7 @@ def trace_events(schedule: Schedule, unit_us: float = 1000.0) -> dict:
         if op.kind.is_transfer:
             args["amount"] = _num(op.amount)
         events.append({"ph": "X", "name": str(op.op), "cat": op.kind.value, "pid": op.device,
-                       "tid": LANES[LANE_OF_KIND.get(op.kind, "compute")], "ts": _num(op.start * unit_us),
+                       "tid": LANES[problem.lane_name(op.kind)], "ts": _num(op.start * unit_us),
                        "dur": _num(op.duration * unit_us), "cname": COLOR_OF_KIND[op.kind], "args": args})
     for device, curve in enumerate(memory_curves(problem, schedule.ops)):
         for time, level in curve:

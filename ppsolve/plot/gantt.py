@@ -140,21 +140,13 @@ def _lane_rows(schedule: Schedule, movers: tuple[int, ...]) -> tuple[dict[tuple[
         labels.append(f"dev {device}")
         y += COMPUTE_ROW
         if device in movers:
-            for lane in ("d2h", "h2d"):
+            for lane in schedule.problem.link_lanes:
                 rows[(device, lane)] = (y, TRANSFER_ROW)
                 ticks.append(y + TRANSFER_ROW / 2)
                 labels.append(lane)
                 y += TRANSFER_ROW
         y += DEVICE_GAP
     return rows, ticks, labels
-
-
-def _lane_of(op: ScheduledOp) -> str:
-    if op.kind is OpKind.OFFLOAD:
-        return "d2h"
-    if op.kind is OpKind.RELOAD:
-        return "h2d"
-    return "compute"
 
 
 def best_bound(schedule: Schedule) -> float:
@@ -183,6 +175,10 @@ def title_lines(schedule: Schedule) -> tuple[str, str]:
              f"capacity {cap_text}"]
     if schedule.offloaded:
         parts.append(f"offloaded {schedule.offloaded:g}")
+    if problem.per_microbatch:
+        work = problem.microbatch_work
+        slowest = max(range(len(work)), key=work.__getitem__)
+        parts.append(f"slowest microbatch {slowest} ({work[slowest] / (sum(work) / len(work)):.2f}x the mean)")
     return head, "   ".join(parts)
 
 
@@ -267,7 +263,7 @@ def _draw_segment(ax, schedule: Schedule, rows: dict, ticks: tuple[list, list], 
     shown = [op for op in schedule.ops if op.end >= x0 and op.start <= x1]
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for op in shown:
-        y, h = rows[(op.device, _lane_of(op))]
+        y, h = rows[(op.device, schedule.problem.lane_name(op.kind))]
         color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), problem.chunks)
         groups.setdefault((y, h, color), []).append((op.start, max(op.duration, narrowest)))
     thin = narrowest > 0.3 * min((op.duration for op in schedule.ops if op.duration > 0), default=narrowest)
@@ -279,7 +275,7 @@ def _draw_segment(ax, schedule: Schedule, rows: dict, ticks: tuple[list, list], 
     char_w = LABEL_FONT * 0.62 / 72 * units_per_inch
     for op in shown:
         text = str(op.microbatch)
-        lane = _lane_of(op)
+        lane = schedule.problem.lane_name(op.kind)
         y, h = rows[(op.device, lane)]
         font = LABEL_FONT if lane == "compute" else LABEL_FONT * 0.8
         middle = op.start + op.duration / 2

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 from ppsolve.bounds import min_capacity
 from ppsolve.errors import InputError, NotApplicableError, PpsolveError, positive_number
 from ppsolve.jsonio import write_text_atomic
+from ppsolve.levers import available_levers, without_levers
 from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
@@ -76,19 +77,18 @@ class Frontier:
 def curve_name(problem: Problem) -> str:
     """The levers ``problem`` lets a schedule use: ``offload+recompute``, ``offload``, ``recompute``
     or ``no-lever``."""
-    levers = [name for name, used in (("offload", problem.can_offload), ("recompute", problem.can_recompute))
-              if used]
-    return "+".join(levers) or "no-lever"
+    return "+".join(lever.name for lever in available_levers(problem)) or "no-lever"
 
 
 def lever_variants(problem: Problem) -> list[Problem]:
-    """``problem``, then with fewer levers: with both, offload only and recompute only; then no lever
-    (offload and recompute -> offload -> recompute -> no lever)."""
+    """``problem``, then with fewer levers: with several, each one alone (offload only, then recompute only);
+    then no lever (offload and recompute -> offload -> recompute -> no lever)."""
+    levers = available_levers(problem)
     variants = [problem]
-    if problem.can_recompute and problem.can_offload:
-        variants += [problem.replace(recompute=None), problem.replace(offload=None)]
-    if problem.can_recompute or problem.can_offload:
-        variants.append(problem.replace(recompute=None, offload=None))
+    if len(levers) > 1:
+        variants += [without_levers(problem, [other for other in levers if other is not kept]) for kept in levers]
+    if levers:
+        variants.append(without_levers(problem, levers))
     return variants
 
 

@@ -70,3 +70,12 @@ def test_unknown_format_lists_known_ones(tmp_path, capsys):
     assert main(["export", str(src), "--to", "svg", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "--to" in err and "chrome-trace" in err
+
+
+def test_a_half_duplex_link_is_one_lane_for_both_directions(tmp_path):
+    schedule = serial_schedule(tiny_problem(2, 3, capacity=2, offload={**OFFLOAD, "duplex": False}), offload=True)
+    trace = export(tmp_path, schedule)
+    names = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {(d, lane) for d in range(2) for lane in ("compute", "link")}
+    transfers = {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] in ("OFFLOAD", "RELOAD")}
+    assert transfers == {1}
