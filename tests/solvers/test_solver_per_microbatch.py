@@ -7,21 +7,27 @@ brute force over device orders (``tests.solvers.cases.brute_force``) that shares
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
-from ppsolve.bounds import makespan_lower_bound, require_feasible_capacity
+from ppsolve.baselines.plans import serial_orders
+from ppsolve.bounds import critical_path, makespan_lower_bound, require_feasible_capacity
 from ppsolve.checker import check
 from ppsolve.costs import PerMicrobatchError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import load_problem
-from ppsolve.solvers import SolveOptions, solve
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from ppsolve.solvers import SolveOptions, lns, solve
 from ppsolve.solvers.api import Phase, PhaseTask, Status
 from ppsolve.solvers.backends import load_backend
-from ppsolve.solvers.budget import Budget
+from ppsolve.solvers.budget import Budget, Limit
+from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.phases import realise
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
+from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.symmetry import identical_classes
 from ppsolve.solvers.warm_start import fifo_relabel
 from tests.helpers import ROOT, make_problem, schedule_from_orders
@@ -178,3 +184,54 @@ def test_solve_the_per_microbatch_example(solver):
     assert check(result.schedule).ok
     assert result.schedule.makespan <= result.warm_start.makespan + 1e-9
     assert result.schedule.makespan >= result.lower_bound - 1e-9
+
+
+# ----- windows, the overhead phase by windows, shedding -----
+
+GUARD = 600.0  # the wall clock only guards against a runaway; deterministic work limits each search
+
+
+def _serial_with_offload(problem):
+    """Microbatches one at a time, every activation that may go to host memory offloaded after its F and
+    reloaded before its B."""
+    orders = []
+    for device_order in serial_orders(problem):
+        orders.append([])
+        for op in device_order:
+            moves = problem.max_offload(op.stage, op.microbatch) > 0
+            if moves and op.kind is OpKind.B:
+                orders[-1].append(Op(OpKind.RELOAD, op.stage, op.microbatch))
+            orders[-1].append(op)
+            if moves and op.kind is OpKind.F:
+                orders[-1].append(Op(OpKind.OFFLOAD, op.stage, op.microbatch))
+    start = make_schedule(problem, simulate(problem, orders, waits=forwards_wait_for_offloads(orders)), "serial")
+    assert check(start).ok and start.offloaded > 0
+    return start
+
+
+def test_overhead_windows_and_shedding_keep_the_makespan_and_lower_the_overhead():
+    problem = load_problem(EXAMPLE)  # per-microbatch times, activations, holds and checkpoints; offload and recompute
+    start = _serial_with_offload(problem)
+    options = SolveOptions(time_limit=GUARD, threads=1)
+    budget = Budget(GUARD, deterministic=True)
+    lowered, windows, _, _ = lower_overhead(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"),
+                                            load_backend("cpsat"), start, Limit(time.monotonic() + GUARD, 2.0))
+    assert windows > 0 and check(lowered).ok
+    assert lowered.makespan <= start.makespan + 1e-9 and overhead_key(lowered) <= overhead_key(start)
+    shed = shed_levers(start)
+    assert check(shed).ok and shed.makespan <= start.makespan + 1e-9
+    assert shed.offloaded < start.offloaded  # serial holds one microbatch at a time: most offloads are not needed
+
+
+def test_neighbourhoods_reorder_microbatches_of_different_costs():
+    problem = load_problem(EXAMPLE)
+    try:
+        critical_path(problem)
+    except PerMicrobatchError:
+        pytest.skip("the analytic bounds do not read per-microbatch costs on this branch")
+    start = _serial_with_offload(problem)
+    options = SolveOptions(time_limit=GUARD, threads=1)
+    budget = Budget(GUARD, deterministic=True)
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"),
+                         load_backend("cpsat"), start, Limit(time.monotonic() + GUARD, 4.0), True, 0.0)
+    assert check(result.best).ok and result.best.makespan < start.makespan
