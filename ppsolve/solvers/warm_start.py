@@ -58,6 +58,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from ppsolve.solvers.symmetry import identical_classes
 from ppsolve.tolerance import EPS
 
 
@@ -230,25 +231,30 @@ def shortest(candidates: list[Schedule]) -> Schedule | None:
 def fifo_relabel(schedule: Schedule) -> Schedule:
     """The same schedule with microbatches renamed to satisfy the model's symmetry breaking.
 
-    Without transfers or recomputes each (stage, kind)'s slots go to microbatches in start
-    order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
-    offload or a recompute belongs to one (stage, microbatch)) whole microbatches are renamed
-    by the start of their F on stage 0. The result is checked; if it did not pass, the
+    Names are exchanged only within a class of identical microbatches (``ppsolve.solvers.symmetry``).
+    Without transfers or recomputes each (stage, kind)'s slots of a class go to its microbatches in
+    start order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
+    offload or a recompute belongs to one (stage, microbatch)) whole microbatches of a class are
+    renamed by the start of their F on stage 0. The result is checked; if it did not pass, the
     original is returned.
     """
     ops = list(schedule.ops)
+    classes = identical_classes(schedule.problem)
+    new = list(ops)
     if any(op.kind.is_transfer or op.kind is OpKind.R for op in ops):
-        firsts = sorted((op.start, op.microbatch) for op in ops if op.kind is OpKind.F and op.stage == 0)
-        rename = {j: rank for rank, (_, j) in enumerate(firsts)}
+        first = {op.microbatch: op.start for op in ops if op.kind is OpKind.F and op.stage == 0}
+        rename = {}
+        for members in classes:
+            rename.update(zip(sorted(members, key=lambda j: (first[j], j)), members))
         new = [op._replace(microbatch=rename[op.microbatch]) for op in ops]
     else:
+        of_class = {j: c for c, members in enumerate(classes) for j in members}
         groups: dict = {}
         for index, op in enumerate(ops):
-            groups.setdefault((op.stage, op.kind), []).append(index)
-        new = list(ops)
-        for indices in groups.values():
+            groups.setdefault((op.stage, op.kind, of_class[op.microbatch]), []).append(index)
+        for (_, _, c), indices in groups.items():
             indices.sort(key=lambda i: (ops[i].start, ops[i].microbatch))
-            for rank, i in enumerate(indices):
-                new[i] = ops[i]._replace(microbatch=rank)
+            for j, i in zip(classes[c], indices):
+                new[i] = ops[i]._replace(microbatch=j)
     relabelled = Schedule(schedule.problem, schedule.method, tuple(new))
     return relabelled if acceptable(relabelled) else schedule
