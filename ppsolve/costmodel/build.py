@@ -91,24 +91,26 @@ def memory_breakdown(model: Transformer, hardware: Hardware, layout: Layout, cos
 
 def _capacity(layout: Layout, hardware: Hardware, memory: dict,
               placement: tuple[int, ...]) -> list[float] | float | None:
-    if layout.capacity is None:
-        return None
-    if layout.capacity != "hbm":
-        return float(layout.capacity)
     caps = []
     for device, figures in enumerate(memory["devices"]):
-        if figures["left"] <= 0:
+        # with a cap of its own (or none) the reserve is the user's to judge, the static memory is not
+        over = figures["left"] <= 0 if layout.capacity == "hbm" else figures["static"] > hardware.gpu.hbm_gib
+        if over:
             stages = [s for s, d in enumerate(placement) if d == device]
             parts = {k: sum(memory["stages"][s][k] for s in stages) for k in ("weights", "gradients", "optimizer")}
             which = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}"
+            reserve = f" + reserve {figures['reserve']:.1f} GiB" if layout.capacity == "hbm" else ""
+            given = "none" if layout.capacity is None else f"{layout.capacity:g}" if layout.capacity != "hbm" else ""
+            fix = "or give --capacity" if layout.capacity == "hbm" else f"--capacity {given} cannot make it fit"
             raise InputError("--capacity", f"{which} (device {device}): static memory {figures['static']:.1f} GiB "
                                            f"(weights {parts['weights']:.1f} + gradients {parts['gradients']:.1f} "
-                                           f"+ optimizer {parts['optimizer']:.1f}) + reserve {figures['reserve']:.1f} "
-                                           f"GiB does not fit in the {hardware.gpu.name}'s {hardware.gpu.hbm_gib:g} "
-                                           "GiB: add pipeline stages, --tensor-parallel or --optimizer-sharding, "
-                                           "or give --capacity")
+                                           f"+ optimizer {parts['optimizer']:.1f}){reserve} does not fit in the "
+                                           f"{hardware.gpu.name}'s {hardware.gpu.hbm_gib:g} GiB: add pipeline "
+                                           f"stages, --tensor-parallel or --optimizer-sharding, {fix}")
         caps.append(figures["left"])
-    return caps
+    if layout.capacity is None:
+        return None
+    return caps if layout.capacity == "hbm" else float(layout.capacity)
 
 
 def _links(layout: Layout, hardware: Hardware) -> list[list[int]] | None:
@@ -213,4 +215,5 @@ def build_problem(model: Transformer, hardware: Hardware, layout: Layout, partit
         raise InputError("--recompute", "full recompute with a split backward cannot be written: W needs the "
                                         "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
                                         "(weight_hold > activation); use --recompute decide or --backward fused")
+    layout.parallel.check_fits(model)
     return problem_from_dict(problem_data(model, hardware, layout, partition))
