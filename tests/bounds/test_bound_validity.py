@@ -1,5 +1,6 @@
-"""The makespan lower bound never exceeds an optimum: brute force without offload, CP-SAT (with the
-bound's own cut switched off) with offload, on small random problems with tight memory caps."""
+"""The makespan lower bound never exceeds an optimum: brute force, or a model independent of ppsolve's
+solvers (``tests.solvers.cases.proven_optimum``), on small random problems with tight memory caps. Every
+drawn problem is compared: an oracle that proves nothing in time fails the test, never passes it."""
 
 from __future__ import annotations
 
@@ -54,10 +55,10 @@ def test_bound_never_exceeds_the_brute_force_optimum(problem):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(offload=True))
 def test_bound_never_exceeds_a_proven_optimum_with_offload(problem):
-    # the model offloads whole shares only, so its optimum is at or above the true one
+    # the independent model moves any amount: its optimum is the contract's
     best = proven_optimum(problem)
-    if best is not None:
-        assert makespan_lower_bound(problem).value <= best + 1e-9
+    assert best is not None, "the independent model proved no optimum in time"
+    assert makespan_lower_bound(problem).value <= best + 1e-9
 
 
 @st.composite
@@ -92,8 +93,8 @@ def spaced_problems(draw, offload: bool = True) -> Problem:
 @pytest.mark.slow
 def test_admission_bound_never_exceeds_a_proven_optimum(problem):
     best = proven_optimum(problem)
-    if best is not None:
-        assert max(makespan_lower_bound(problem).admission_bounds) <= best + 1e-9
+    assert best is not None, "the independent model proved no optimum in time"
+    assert max(makespan_lower_bound(problem).admission_bounds) <= best + 1e-9
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -102,8 +103,8 @@ def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
     # the in-order bound (ppsolve.bounds.sequence) on its own;
     # by hand on 300 such problems it was the largest figure in 10 and never above the optimum
     best = proven_optimum(problem)
-    if best is not None:
-        assert max(makespan_lower_bound(problem).sequence_bounds) <= best + 1e-9
+    assert best is not None, "the independent model proved no optimum in time"
+    assert max(makespan_lower_bound(problem).sequence_bounds) <= best + 1e-9
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,5 +114,5 @@ def test_idle_bound_never_exceeds_a_proven_optimum(problem):
     # the forced-idle figure on its own (its forwards before the first B limited by their earliest
     # ends as well as by the cap)
     best = proven_optimum(problem)
-    if best is not None:
-        assert max(makespan_lower_bound(problem).idle_bounds) <= best + 1e-9
+    assert best is not None, "the independent model proved no optimum in time"
+    assert max(makespan_lower_bound(problem).idle_bounds) <= best + 1e-9

@@ -227,3 +227,18 @@ def test_recompute_decide_keeps_the_checkpoint_of_the_chosen_parallelism():
     assert block.activation == formulas.block(replace(model, recompute="none"), par).activation
     full = formulas.block(replace(model, recompute="full"), par)
     assert full.activation == block.keep and full.backward_bytes == block.backward_bytes + block.forward_bytes
+
+
+@pytest.mark.parametrize("figures, field", [
+    ({"p2p_latency_ms": 1e11}, "hardware.p2p_latency_ms: out of range for the problem it makes ("),
+    ({"nvlink_gbps": 1e-9}, "hardware.nvlink_gbps: out of range"),
+    ({"tflops": 1e-9}, "hardware.tflops: out of range"),
+])
+def test_a_generated_figure_out_of_range_names_the_hardware_figure_behind_it(tmp_path, capsys, figures, field):
+    hardware = tmp_path / "hw.json"
+    hardware.write_text(json.dumps({"gpu": "H100", **figures}))
+    argv = ["problem", str(MODELS / "llama-3-8b-like.json"), "--hardware", str(hardware), "--devices", "4",
+            "--microbatches", "8", "-o", str(tmp_path / "p.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {field}" in err
