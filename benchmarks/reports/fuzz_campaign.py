@@ -14,9 +14,18 @@ earlier runs, damaged (many duplicated ops, dropped ops, shifted times, odd amou
 paths (newlines, missing directories). Every schedule a run writes is checked by ``ppsolve check`` in
 the same child.
 
+Witness runs (``COMMAND*`` in the summary; ``fuzz_witness``, written apart from ppsolve and its tests):
+a valid odd problem (zero-length ops, tiny numbers, dust offloads, recompute that saves nothing) with a
+schedule that is valid by the contract's own reading. ``check`` must accept the witness with no metric
+warning; ``export``, ``plot`` and ``run`` (both runtimes, with the gradient check) must take it; ``solve``
+and ``bound`` may not call the problem infeasible, nor prove an optimum or a bound above the witness's
+makespan, and ``solve`` warm-started from the witness may not end above it. Each breach counts as a
+wrong answer.
+
 Counts, per command and in all: tracebacks (an exception that escaped ``main``), runs whose peak RSS
 passed 4 GiB or that ran out of memory, runs over their time limit + 15 s, runs whose error was not one
-line, schedules written that ``check`` refused. Exits 1 if any. ``--list-failures`` prints each.
+line, schedules written that ``check`` refused, wrong answers on witness problems. Exits 1 if any.
+``--list-failures`` prints each.
 """
 
 from __future__ import annotations
