@@ -6,7 +6,7 @@ from its times) and searches in HiGHS' own child process (``highs_process``: OR-
 and highspy cannot share a process): improving solutions and the dual bound reach
 the progress line as they come, and Ctrl-C or the clock stop the search.
 Limits: the wall clock; in deterministic mode (one thread) also a work limit, a
-count of HiGHS' interrupt checks derived from the deterministic budget, since a
+count of HiGHS' interrupt checks (times the model's nonzeros) derived from the deterministic budget, since a
 wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
 final solution, a wall-clock limit only.
 """
@@ -43,12 +43,13 @@ HIGHS_TIME_SHARE = 0.85
 # about that much more on a larger model). Its presolve and sub-MIP heuristics (RINS, RENS) run for
 # seconds without a check, so that mode turns them off. Sized so that a solve uses most of its time
 # limit, as CP-SAT's rate is: on 16 small models with recompute (250-4800 columns, 1 700-33 000
-# nonzeros; a shared 2-core machine) one wall second held 0.4e6 to 3.7e6 checks x nonzeros, median
-# about 2e6 (checks alone: 12 to 980 a second); the largest models run below the rate, so the wall
-# clock ends their searches (the file then says the run may not be reproducible). Measured with
-# HIGHS_WORK_PER_SECOND set out of reach and the worker's interrupt callback logging its count and
-# running time (see docs/solver.md).
-HIGHS_WORK_PER_SECOND = 2e6
+# nonzeros; a 2-core machine shared with other work) one wall second held 0.4e6 to 3.7e6 checks x
+# nonzeros, median about 2e6 (checks alone: 12 to 980 a second). The rate is half that median, so that a
+# busier machine still ends most searches by their deterministic limits; the largest models run below
+# it, so the wall clock ends their searches (the file then says the run may not be reproducible).
+# Measured with HIGHS_WORK_PER_SECOND set out of reach and the worker's interrupt callback logging its
+# count and running time (see docs/solver.md).
+HIGHS_WORK_PER_SECOND = 1e6
 EPS = tolerance.MODEL_EPS
 # Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
 # so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
