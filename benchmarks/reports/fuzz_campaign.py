@@ -508,10 +508,13 @@ class Campaign:
         elif command == "plot":
             self.run(["plot", str(witness_path), "-o", str(self.path("gantt.png"))], what=what, judge=valid,
                      label=label)
-        else:  # both runtimes, with the gradient check
-            self.run(["run", str(witness_path), "--model", "models/mlp-tiny.json", "--steps", "1", "--device", "cpu",
-                      "--check", "--runtime", rng.choice(["ppsolve", "torch"]), "--timeout", "60"],
-                     limit=60.0, what=what, judge=valid, label=label)
+        else:  # both runtimes, with the gradient check, on a toy MLP of one layer per stage
+            stages = schedule["problem"]["devices"] * schedule["problem"]["chunks"]
+            model = {"format": "ppsolve/model@1", "name": "mlp-witness", "kind": "mlp", "width": 8,
+                     "layers": stages, "micro_batch_size": 2, "seed": 0}
+            self.run(["run", str(witness_path), "--model", str(self.write(model, "mlp.json", damage=False)),
+                      "--steps", "1", "--device", "cpu", "--check", "--runtime", rng.choice(["ppsolve", "torch"]),
+                      "--timeout", "60"], limit=60.0, what=what, judge=valid, label=label)
 
     def problem_command(self) -> None:
         rng = self.rng

@@ -66,7 +66,7 @@ def test_chain_adds_groups_of_microbatches_that_share_their_boundary():
     assert nothing.describe() == f"OPT(32) >= {nothing.value:g} (no chain above it)"
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems(offload=False))
 def test_split_never_exceeds_a_proven_optimum(problem):
     split = split_bound(problem, 5, threads=1)
