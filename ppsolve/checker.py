@@ -20,7 +20,7 @@ from ppsolve.gcpause import without_gc
 from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
-from ppsolve.tolerance import MODEL_EPS, slack
+from ppsolve.tolerance import slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 

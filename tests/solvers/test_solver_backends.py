@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from ppsolve.checker import check
-from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
 from ppsolve.solvers import BACKENDS, SolveOptions, solve
 from ppsolve.solvers.backends import load_backend
