@@ -393,13 +393,11 @@ def test_optimal_claims_hold_with_recompute(seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.slow
 def test_claims_hold_for_continuous_amounts(seed):
     problem = tiny(seed, "offload" if seed % 2 else "both", microbatches=(2,))
     result = model_solve(problem)
-    best = independent_optimum(problem, seconds=20)
-    if best is None:
-        pytest.skip("the independent model proved nothing in time")
+    best = independent_optimum(problem, seconds=120)
+    assert best is not None, "the independent model proved nothing in time: the claims went unjudged"
     assert result.schedule.makespan >= best - 1e-6
     assert result.lower_bound <= best + 1e-6
     if result.status == "optimal":
