@@ -44,12 +44,12 @@ HIGHS_TIME_SHARE = 0.85
 # seconds without a check, so that mode turns them off. Sized so that a solve uses most of its time
 # limit, as CP-SAT's rate is: on 16 small models with recompute (250-4800 columns, 1 700-33 000
 # nonzeros; a 2-core machine shared with other work) one wall second held 0.4e6 to 3.7e6 checks x
-# nonzeros, median about 2e6 (checks alone: 12 to 980 a second). The rate is half that median, so that a
-# busier machine still ends most searches by their deterministic limits; the largest models run below
-# it, so the wall clock ends their searches (the file then says the run may not be reproducible).
-# Measured with HIGHS_WORK_PER_SECOND set out of reach and the worker's interrupt callback logging its
-# count and running time (see docs/solver.md).
-HIGHS_WORK_PER_SECOND = 1e6
+# nonzeros, median about 2e6 (checks alone: 12 to 980 a second); the rate is that median. Then
+# `--threads 1 --time-limit 20` ends instances/vshape-uneven-4x8 at 13.6 s and three random 2-4 x 4-8
+# problems with recompute at 8.5 s, 4.3 s (proven) and by the wall clock at 15.9 s (load 5.5 on the 2-core
+# machine; the file then says the run may not be reproducible). Measured with HIGHS_WORK_PER_SECOND set out of reach and the worker's
+# interrupt callback logging its count and running time (see docs/solver.md).
+HIGHS_WORK_PER_SECOND = 2e6
 EPS = tolerance.MODEL_EPS
 # Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
 # so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
