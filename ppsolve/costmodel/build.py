@@ -220,21 +220,23 @@ def build_problem(model: Transformer, hardware: Hardware, layout: Layout, partit
     try:
         return problem_from_dict(data)
     except InputError as error:  # a generated figure out of ppsolve's range: name the input behind it
-        raise InputError(_input_behind(error, data, hardware),
-                         f"out of range for the problem it makes ({error})") from None
+        behind = _input_behind(error, data, hardware)
+        if behind is None:
+            raise
+        raise InputError(behind, f"out of range for the problem it makes ({error})") from None
 
 
-def _input_behind(error: InputError, data: dict, hardware: Hardware) -> str:
-    """The user's input that made the generated field ``error`` names: a hardware figure where one
-    dominates it, else the model description."""
+def _input_behind(error: InputError, data: dict, hardware: Hardware) -> str | None:
+    """The hardware figure that made the generated time ``error`` names (the p2p latency or link, the
+    host link, the GPU's FLOP rate), or None when the error names no generated time."""
     text = f"{error.field} {error.message}"
     gpu_figure = lambda name: f"hardware.{name}" if name in hardware.overridden else "--gpu"  # noqa: E731
     if "time.p2p" in text:
         if hardware.p2p_latency_ms >= data["time"]["p2p"] / 2:
             return "hardware.p2p_latency_ms"
         return gpu_figure(f"{hardware.p2p}_gbps")
-    if "offload" in text:
+    if "bandwidth" in text or "offload" in text:
         return gpu_figure("host_link_gbps")
     if "time." in text:
         return gpu_figure("tflops")
-    return "model"
+    return None
