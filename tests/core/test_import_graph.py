@@ -19,7 +19,7 @@ PACKAGE = ROOT / "ppsolve"
 # Lowest first; a module may import its own layer or any below. Keys are the top-level names under ppsolve.
 LAYERS = (
     ("errors", "jsonio", "limits", "schemas", "ops", "problem", "dependencies", "memory", "schedule", "gcpause",
-     "tolerance", "units"),
+     "tolerance", "units", "metric_warnings"),
     ("simulator", "checker", "method_types", ""),  # "": the package itself (re-exports the data and simulate)
     ("bounds",),
     ("baselines", "solvers"),
