@@ -67,10 +67,10 @@ def test_chain_adds_groups_of_microbatches_that_share_their_boundary():
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spaced_problems(offload=False))
+@given(spaced_problems(offload=False, most=4))  # 5 V-shaped microbatches took the independent model > 30 s
 def test_split_never_exceeds_a_proven_optimum(problem):
     split = split_bound(problem, 5, threads=1)
-    best = proven_optimum(problem)
+    best = proven_optimum(problem, time_limit=60)
     assert best is not None, "the independent model proved no optimum in time"
     if split.best is not None:
         assert split.best.value <= best + 1e-9
