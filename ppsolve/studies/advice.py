@@ -167,10 +167,9 @@ USED_SHARE = 0.75  # a solve that ended before this share of its time limit left
 
 
 def _more_time(schedule: Schedule) -> str:
-    """Whether more --time-limit may help: yes when the search used its time (or a step's wall clock ended
-    it, or Ctrl-C did); when it ended well before,
-    with --threads 1 its deterministic limits ended it (they grow with the time limit), else it stopped
-    on its own and more time changes nothing."""
+    """Whether more --time-limit may help: yes when the search used its time (or a step's wall clock, or
+    Ctrl-C, ended it); when it ended well before, with --threads 1 its deterministic limits ended it
+    (they grow with the time limit), else it stopped on its own and more time may change nothing."""
     method = schedule.method
     limit, threads = method.params.get("time_limit"), method.params.get("threads")
     clock = any("wall clock stopped" in note for note in method.extra.get("notes", ()))

@@ -6,8 +6,8 @@ from its times) and searches in HiGHS' own child process (``highs_process``: OR-
 and highspy cannot share a process): improving solutions and the dual bound reach
 the progress line as they come, and Ctrl-C or the clock stop the search.
 Limits: the wall clock; in deterministic mode (one thread) also a work limit, a
-count of HiGHS' interrupt checks (times the model's nonzeros) derived from the deterministic budget, since a
-wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
+count of HiGHS' interrupt checks (times the model's nonzeros) derived from the
+deterministic budget, since a wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
 final solution, a wall-clock limit only.
 """
 
@@ -46,9 +46,10 @@ HIGHS_TIME_SHARE = 0.85
 # nonzeros; a 2-core machine shared with other work) one wall second held 0.4e6 to 3.7e6 checks x
 # nonzeros, median about 2e6 (checks alone: 12 to 980 a second); the rate is that median. Then
 # `--threads 1 --time-limit 20` ends instances/vshape-uneven-4x8 at 13.6 s and three random 2-4 x 4-8
-# problems with recompute at 8.5 s, 4.3 s (proven) and by the wall clock at 15.9 s (load 5.5 on the 2-core
-# machine; the file then says the run may not be reproducible). Measured with HIGHS_WORK_PER_SECOND set out of reach and the worker's
-# interrupt callback logging its count and running time (see docs/solver.md).
+# problems with recompute at 8.5 s, 4.3 s (proven) and by the wall clock at 15.9 s (load 5.5 on the
+# 2-core machine; the file then says the run may not be reproducible). Measured with
+# HIGHS_WORK_PER_SECOND set out of reach and the worker's interrupt callback logging its count and
+# running time (see docs/solver.md).
 HIGHS_WORK_PER_SECOND = 2e6
 EPS = tolerance.MODEL_EPS
 # Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
