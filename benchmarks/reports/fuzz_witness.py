@@ -6,8 +6,9 @@ disagrees with a witness is judged by an outside reading, not by ppsolve's own c
 
 A problem is odd where valid problems may be: zero-length ops (a forward, a backward or a weight
 gradient of 0, a p2p of 0), a weight hold equal to the activation or 0, a zero activation, tiny
-numbers (1e-6 s, 1e-3 of an activation) beside ordinary ones, offload of a zero share on some stages, recompute that keeps
-everything or nothing and lasts 0, explicit placements, a cap exactly at the witness's peak.
+numbers (1e-6 s, 1e-3 of an activation) beside ordinary ones, offload of a zero share on some
+stages, recompute that keeps everything or nothing and lasts 0, explicit placements, a cap exactly
+at the witness's peak.
 
 The witness runs one op at a time over the whole pipeline (microbatch after microbatch: every F, then
 every B with its W right after it), with an optional tiny or partial OFFLOAD right after an F and its
