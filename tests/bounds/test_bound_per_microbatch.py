@@ -16,7 +16,9 @@ With offload the optimum is bracketed instead (see the second part below).
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
 import random
 from dataclasses import dataclass
 
@@ -30,6 +32,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from tests.helpers import ROOT
 
 COMBOS = 4000  # the most order combinations a drawn problem may have (else it is drawn again)
 KINDS = {"F": OpKind.F, "B": OpKind.B, "W": OpKind.W, "R": OpKind.R}
@@ -406,3 +409,61 @@ def test_bounds_never_exceed_the_optimum_with_offload_quick():
 def test_bounds_never_exceed_the_optimum_with_offload():
     exact, upper = run_offload_cases(80, seed=4)  # about 20 s
     assert exact >= 30, (exact, upper)
+
+
+# ----- the command, the per-stage reading, the split bound -----
+
+def test_bound_command_on_the_per_microbatch_example(capsys):
+    from ppsolve.cli import main
+
+    path = str(ROOT / "instances" / "per-microbatch" / "example.json")
+    assert main(["bound", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("makespan >= 350.2  (load of device 3)")
+    assert "critical path of the longest microbatch" in out
+    assert main(["bound", path, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["binding"] == "load of device 3" and figures["min_capacity"]["no_offload"] == [2.2] * 4
+
+
+def test_equal_microbatches_written_per_microbatch_give_the_per_stage_figures():
+    rng = random.Random(5)
+    for _ in range(20):
+        data = draw(rng)
+        flat = copy.deepcopy(data)
+        for section, keys in (("time", ("forward", "backward_input", "backward_weight")),
+                              ("memory", ("activation", "weight_hold")), ("recompute", ("keep", "time"))):
+            for key in keys:
+                if key in data.get(section, {}):
+                    flat[section][key] = [row[0] for row in data[section][key]]
+                    data[section][key] = [[row[0]] * len(row) for row in data[section][key]]
+        data["time"]["p2p"] = flat["time"]["p2p"] = [data["time"]["p2p"][0]] * data["microbatches"]
+        rows, stages = problem_from_dict(data), problem_from_dict(flat)
+        assert not rows.per_microbatch and rows.forward.per_microbatch
+        cap = [n + 0.5 for n in min_capacity(stages, recompute=stages.can_recompute)]
+        rows, stages = rows.replace(capacity=cap), stages.replace(capacity=cap)
+        assert makespan_lower_bound(rows) == makespan_lower_bound(stages)
+        assert min_capacity(rows, recompute=True) == min_capacity(stages, recompute=True)
+
+
+def test_the_split_bound_of_a_per_microbatch_problem_stays_under_its_exact_optimum():
+    from ppsolve.solvers.split_bound import split_bound
+
+    rng = random.Random(6)
+    tried = 0
+    while tried < 3:
+        data = draw(rng)
+        data.pop("recompute", None)
+        if data["microbatches"] < 3:
+            continue
+        problem = problem_from_dict(data)
+        caps = min_capacity(problem)
+        data["memory"]["capacity"] = [c + 1 for c in caps]
+        problem = problem_from_dict(data)
+        try:
+            best = optimum(Tiny(data), problem, data["memory"]["capacity"])
+        except TooMany:
+            continue
+        split = split_bound(problem, 2.0, threads=1)
+        assert split.best is not None and split.best.value <= best + 1e-9, (data, split.best, best)
+        tried += 1
