@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
-from ppsolve.bounds.chains import (Chains, _one_microbatch, chains as one_chain_each, columns, critical_path,
-                                   heads_and_tails, longest_from)
+from ppsolve.bounds.chains import (Chains, _one_microbatch, columns, critical_path, heads_and_tails,  # noqa: F401
+                                   longest_from, microbatch_chains)
 from ppsolve.bounds.relaxation import least_costs
 from ppsolve.errors import InfeasibleError
 from ppsolve.bounds.held import forward_allocates, least_held
@@ -329,7 +329,7 @@ def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: flo
 
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
-    chains = one_chain_each(problem)  # the microbatches' chains, shared by every figure below
+    chains = microbatch_chains(problem)  # the microbatches' chains, shared by every figure below
     heads, tails = chains.heads, chains.tails
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))

@@ -127,7 +127,8 @@ class Chains:
         return [(s, j) for s in stages for j in self.columns]
 
 
-def chains(problem: Problem) -> Chains:
+def microbatch_chains(problem: Problem) -> Chains:
+    """The chains of every microbatch the bounds read (:class:`Chains`)."""
     cols, weight = columns(problem)
     each = {j: heads_and_tails(problem, microbatch=j) for j in cols}
     S = range(problem.num_stages)
