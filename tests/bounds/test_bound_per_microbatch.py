@@ -44,8 +44,13 @@ class Tiny:
 
     data: dict
 
-    def __getattr__(self, name):
-        return self.data[name]
+    @property
+    def devices(self) -> int:
+        return self.data["devices"]
+
+    @property
+    def placement(self) -> list[int]:
+        return self.data["placement"]
 
     @property
     def S(self) -> int:
