@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ppsolve.bounds import makespan_lower_bound
-from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -87,20 +86,11 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                                   "(--ignore-capacity builds it anyway)")
         extra["capacity_broken"] = True
         extra["capacity_broken_on"] = [d for d, _, _ in over]
-    bound = lower_bound(problem)
+    bound = makespan_lower_bound(problem).value
     if not math.isfinite(bound):  # no schedule fits the cap (--ignore-capacity): the bound without it
-        bound = lower_bound(problem.replace(capacity=None))
+        bound = makespan_lower_bound(problem.replace(capacity=None)).value
     return make_schedule(problem, ops, name, params=params or {}, status="heuristic", lower_bound=bound,
                          seconds=time.perf_counter() - started, **extra)
-
-
-def lower_bound(problem: Problem) -> float:
-    """The makespan lower bound (:func:`ppsolve.bounds.makespan_lower_bound`); where the bounds do not
-    read per-microbatch costs, the busiest device's load (a valid bound, though a weaker one)."""
-    try:
-        return makespan_lower_bound(problem).value
-    except PerMicrobatchError:
-        return max(problem.device_load(d) for d in range(problem.devices))
 
 
 def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, float]]:

@@ -23,16 +23,14 @@ and on small problems the best block of the building-block search within the cap
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 from dataclasses import replace
 
-from ppsolve.baselines.common import SMALL_OPS, finish, lower_bound, most_offload, smallest
+from ppsolve.baselines.common import SMALL_OPS, finish, most_offload, smallest
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
-from ppsolve.bounds import min_capacity, require_feasible_capacity
-from ppsolve.costs import PerMicrobatchError
+from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -139,17 +137,13 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     """Within the caps; with ``ignore_capacity`` and caps no schedule can keep, within the least that works."""
     started = time.perf_counter()
     try:
-        with suppress(PerMicrobatchError):  # bounds that read one value per stage: the search judges
-            require_feasible_capacity(problem)
+        require_feasible_capacity(problem)
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, problem.capacity)
     except InfeasibleError:
         if not options.ignore_capacity:
             raise
-        try:
-            least = min_capacity(problem)
-            caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
-        except PerMicrobatchError:  # bounds that read one value per stage: no cap
-            caps = (None,) * problem.devices
+        least = min_capacity(problem)
+        caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
     if isinstance(policy, str):
         params = {"order": policy}
@@ -168,7 +162,7 @@ def _search(problem: Problem, caps):
     """The fastest candidate within ``caps``: ((makespan, offloaded, orders, amounts, ops, peaks), policy)."""
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
-    target = lower_bound(problem) * (1 + 1e-4)  # within 0.01% of the bound: stop
+    target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
     small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL_OPS  # more candidates
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and small:
