@@ -38,7 +38,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 from ppsolve.simulator import simulate
-from ppsolve.tolerance import EPS, slack
+from ppsolve.tolerance import EPS, exceeds
 
 # the building-block search runs while d * max(m, 2d) is at most this (its rows grow with both)
 BLOCK_SEARCH_SIZE = 256
@@ -115,7 +115,7 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
 
 
 def _fits(caps, peaks: list[float]) -> bool:
-    return all(c is None or p <= c + slack(c) for p, c in zip(peaks, caps))
+    return not any(exceeds(p, c) for p, c in zip(peaks, caps))
 
 
 def _attempt(problem: Problem, policy: ListPolicy):

@@ -21,6 +21,7 @@ from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
+from ppsolve.tolerance import exceeds
 
 
 def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
@@ -70,7 +71,7 @@ def fitting_k(problem: Problem) -> int:
     largest activation of its stage when microbatches differ)."""
     d = problem.devices
     for k in range(d, 1, -1):
-        if all(c is None or min(k, d - i) * problem.activation.high(i) <= c + 1e-12
+        if not any(exceeds(min(k, d - i) * problem.activation.high(i), c)
                for i, c in enumerate(problem.capacity)):
             return k
     return 1
@@ -141,7 +142,7 @@ def offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
             continue
         over = {d for d in range(problem.devices)
                 if problem.capacity[d] is not None
-                and min(k, problem.devices - d) * problem.activation.high(d) > problem.capacity[d] + 1e-12}
+                and exceeds(min(k, problem.devices - d) * problem.activation.high(d), problem.capacity[d])}
         if not over:
             continue
         for defer in ((False, True) if problem.split_backward else (False,)):

@@ -39,7 +39,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import simulate
-from ppsolve.tolerance import EPS
+from ppsolve.tolerance import EPS, exceeds
 
 LINEAR_RECOMPUTE = Requirement(placements=("linear",), recompute=True)
 INTERLEAVED_RECOMPUTE = Requirement(placements=("interleaved", "linear"), recompute=True)
@@ -196,7 +196,7 @@ def _picks(problem: Problem, ops: Sequence[ScheduledOp], curve: list[tuple[float
     nxt = 0
     waiting: list[Held] = []  # held at the instant, not picked
     for t, level in curve:
-        if level <= cap + EPS:
+        if not exceeds(level, cap):
             continue
         while nxt < len(held) and held[nxt].start <= t:
             waiting.append(held[nxt])

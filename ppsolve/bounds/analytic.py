@@ -20,7 +20,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.bounds.recompute import forced_recompute, recomputed_area
 from ppsolve.bounds.sequence import sequence_bounds
-from ppsolve.tolerance import EPS, slack
+from ppsolve.tolerance import EPS, exceeds, slack
 
 
 @dataclass(frozen=True)
@@ -375,7 +375,7 @@ def _one_needs(problem: Problem, stages: tuple[int, ...], microbatch: int, offlo
 def capacity_shortfalls(problem: Problem) -> list[tuple[int, float, float]]:
     """(device, least capacity that could work, capacity) for each device whose cap is too small."""
     need = min_capacity(problem, offload=problem.can_offload, recompute=problem.can_recompute)
-    return [(d, need[d], cap) for d, cap in enumerate(problem.capacity) if cap is not None and need[d] > cap + 1e-12]
+    return [(d, need[d], cap) for d, cap in enumerate(problem.capacity) if exceeds(need[d], cap)]
 
 
 def require_feasible_capacity(problem: Problem) -> None:

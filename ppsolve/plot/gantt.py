@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.memory import memory_curves
 from ppsolve.ops import OpKind
-from ppsolve.schedule import Schedule, ScheduledOp
-from ppsolve.tolerance import EPS, slack
+from ppsolve.schedule import Schedule
+from ppsolve.tolerance import EPS, exceeds
 
 KIND_COLORS = {
     OpKind.F: "#4C72B0",
@@ -317,7 +317,7 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
             cap = problem.capacity[device]
             if cap is not None and (lay.memory_panels > 1 or device == 0 or cap != problem.capacity[0]):
                 ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", linewidth=0.9)
-            if cap is not None and peaks[device] > cap + slack(cap):
+            if exceeds(peaks[device], cap):
                 _mark_over_capacity(ax, times, levels, cap)
         ax.set_ylim(0, top)
         ax.set_xlim(0, span)
@@ -325,7 +325,7 @@ def _draw_memory(fig, schedule: Schedule, lay: GanttLayout, frac_x, frac_y, axes
         ax.grid(axis="x", color="#eeeeee", linewidth=0.5)
         if lay.memory_panels > 1:
             cap = problem.capacity[panel]
-            over = cap is not None and peaks[panel] > cap + slack(cap)
+            over = exceeds(peaks[panel], cap)
             note = f"peak {peaks[panel]:g}" + ("" if cap is None else f" {'>' if over else '/'} cap {cap:g}")
             ax.text(1.005, 0.5, note, transform=ax.transAxes, ha="left", va="center", fontsize=6.5,
                     color=CAPACITY_COLOR if over else "#333333", weight="bold" if over else "normal")

@@ -22,7 +22,7 @@ from ppsolve.methods import INFEASIBLE, Method, RunOptions, published_methods, r
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
 from ppsolve.solvers.api import Status
-from ppsolve.tolerance import EPS
+from ppsolve.tolerance import EPS, exceeds
 
 SHOWN_REFUSALS = 3
 """Refused published schedules named in the text summary (the fastest ones; --json lists all)."""
@@ -137,7 +137,7 @@ def _refusal(method: Method, problem: Problem) -> Refusal | None:
     if schedule is None:
         return None
     over = [(peak - cap, d, peak, cap) for d, (peak, cap) in enumerate(zip(schedule.peak_memory, problem.capacity))
-            if cap is not None and peak > cap + EPS]
+            if exceeds(peak, cap)]
     if not over:
         return None
     _, device, peak, cap = max(over)
@@ -275,7 +275,7 @@ def explain_offload(schedule: Schedule) -> str:
         return "not used: memory is unbounded, so moving activations to host cannot make it faster"
     if schedule.offloaded > 0:
         no_off = min_capacity(problem, offload=False)
-        short = [d for d, cap in enumerate(problem.capacity) if cap is not None and no_off[d] > cap + EPS]
+        short = [d for d, cap in enumerate(problem.capacity) if exceeds(no_off[d], cap)]
         if short and not problem.can_recompute:
             return (f"used ({schedule.offloaded:g} moved): without it no schedule fits the cap at all "
                     f"(device {short[0]} needs {no_off[short[0]]:g})")
