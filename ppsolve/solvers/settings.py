@@ -106,9 +106,27 @@ class LnsSettings:
 
 
 @dataclass(frozen=True)
+class QuickSettings:
+    """Time limits too short for a model: the quick path (``ppsolve.solvers.quick``)."""
+
+    # A limit of ``below`` seconds or more always builds the model (so those solves are unchanged); a shorter
+    # one builds it only when it can pay: at least model_seconds plus model_seconds_per_op per op the model
+    # places (up to PhaseSettings.whole_model_ops: larger problems search windows). Measured by
+    # benchmarks/reports/plan_time.py (README of benchmarks/reports says how).
+    below: float = 1.0
+    model_seconds: float = 0.5
+    model_seconds_per_op: float = 0.001
+    warm_start_share: float = 0.6  # of the time limit: the heuristics; the order search gets the rest
+    # deterministic mode: the order search tries this many orders per op-second of its share (a try is one
+    # simulation, about 2 microseconds per op on the bench machine)
+    tries_per_op_second: int = 100_000
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every knob of a solve."""
 
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     phases: PhaseSettings = field(default_factory=PhaseSettings)
     lns: LnsSettings = field(default_factory=LnsSettings)
+    quick: QuickSettings = field(default_factory=QuickSettings)

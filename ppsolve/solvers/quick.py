@@ -1,0 +1,179 @@
+"""Time limits too short for a model: the warm start's heuristics, then a search over microbatch orders.
+
+A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
+(:func:`model_pays_off`) never imports a backend. It takes the shortest schedule among the warm start's
+candidates (``ppsolve.solvers.warm_start``: the baselines and our plans) found in ``warm_start_share`` of
+the time limit, then, on a per-microbatch problem, searches microbatch orders in the rest: keeping each
+device's op order, two microbatches swap places (microbatch a runs where b ran and b where a ran), the
+plan is timed by the simulator, and a swap that shortens it within every capacity is kept
+(:func:`order_search`; seeded by ``SolveOptions.seed``). A schedule that recomputes or offloads drops
+what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is checked like every
+solve's.
+
+Deterministic mode (``threads=1``): the number of candidates and of swaps tried follow from the time
+limit and the problem's size, never the clock; the clock is the guard (the result then says that it
+may not be reproducible).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import NamedTuple
+
+from ppsolve.bounds import makespan_lower_bound
+from ppsolve.checker import check
+from ppsolve.errors import InputError
+from ppsolve.ops import Op
+from ppsolve.problem import Problem
+from ppsolve.schedule import MethodInfo, Schedule, make_schedule
+from ppsolve.simulator import issue_order, simulate
+from ppsolve.solvers.api import NoSolutionError, SolveOptions, SolveResult, Status, wait_for
+from ppsolve.solvers.budget import Budget
+from ppsolve.solvers.overhead_windows import overhead_key
+from ppsolve.solvers.shed import shed_levers
+from ppsolve.solvers.warm_start import best_warm_start, given_warm_start, shortest
+from ppsolve.tolerance import EPS, exceeds, slack
+
+NAME = "quick"  # the schedule's method name
+
+
+def model_pays_off(options: SolveOptions, ops: int) -> bool:
+    """Whether a solve of a model that places ``ops`` ops builds it (else the quick path answers)."""
+    knobs = options.settings.quick
+    if options.time_limit >= knobs.below or options.objective != "makespan":
+        return True
+    ops = min(ops, options.settings.phases.whole_model_ops)  # larger problems search windows of about that size
+    return options.time_limit >= knobs.model_seconds + knobs.model_seconds_per_op * ops
+
+
+def device_orders(schedule: Schedule) -> list[list[Op]]:
+    """Each device's ops in the order a runtime issues them."""
+    orders: list[list[Op]] = [[] for _ in range(schedule.problem.devices)]
+    for op in issue_order(schedule.problem, schedule.ops):
+        orders[op.device].append(op.op)
+    return orders
+
+
+def _fits(problem: Problem, schedule: Schedule) -> bool:
+    return not any(exceeds(peak, cap) for peak, cap in zip(schedule.peak_memory, problem.capacity))
+
+
+class Searched(NamedTuple):
+    best: Schedule
+    tried: int  # swaps tried
+    kept: int  # swaps that shortened it
+    by_clock: bool  # the clock ended the search (not ``max_tries``)
+
+
+def order_search(start: Schedule, seed: int, until: float | None, max_tries: int | None) -> Searched:
+    """``start`` with microbatches swapped where that shortens it (see the module doc). Only for a
+    per-microbatch schedule without recomputes or transfers (an offload or a recompute is of one
+    microbatch); ``until`` (``time.monotonic()``) and ``max_tries`` end it. The best is not checked yet."""
+    problem = start.problem
+    work = problem.microbatch_work
+    m = problem.microbatches
+    pairs = [(a, b) for a in range(m) for b in range(a + 1, m) if work[a] != work[b]]  # a swap of equals changes nothing
+    if not problem.per_microbatch or start.uses_levers or not pairs:
+        return Searched(start, 0, 0, False)
+    rng = random.Random(seed)
+    orders = device_orders(start)
+    best, tried, kept = start, 0, 0
+    while max_tries is None or tried < max_tries:
+        if until is not None and time.monotonic() >= until:
+            return Searched(best, tried, kept, True)
+        a, b = pairs[rng.randrange(len(pairs))]
+        swap = {a: b, b: a}
+        trial = [[op._replace(microbatch=swap.get(op.microbatch, op.microbatch)) for op in order] for order in orders]
+        tried += 1
+        ops = simulate(problem, trial)
+        if max(op.end for op in ops) >= best.makespan - EPS:
+            continue
+        schedule = make_schedule(problem, ops, start.method.name)
+        if _fits(problem, schedule):
+            best, orders, kept = schedule, trial, kept + 1
+    return Searched(best, tried, kept, False)
+
+
+def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[str]) -> tuple[Schedule, int, int]:
+    """The order search from ``warm``, or the levers it can do without dropped: (best, checked; swaps tried, kept)."""
+    until = budget.deadline - budget.reserve
+    share = (1 - options.settings.quick.warm_start_share) * budget.time_limit
+    if warm.uses_levers:
+        tries = options.settings.phases.shed_tries if budget.deterministic else None
+        shed = shed_levers(warm, until=None if budget.deterministic else until, max_tries=tries)
+        if overhead_key(shed) < overhead_key(warm) and check(shed).ok:
+            notes.append(f"dropped what the makespan does not need: recomputed {warm.recomputed} -> {shed.recomputed}, "
+                         f"offloaded {warm.offloaded:g} -> {shed.offloaded:g}")
+            return shed, 0, 0
+        return warm, 0, 0
+    tries = int(options.settings.quick.tries_per_op_second * share // max(1, len(warm.ops))) \
+        if budget.deterministic else None
+    searched = order_search(warm, options.seed, until, tries)
+    if budget.deterministic and searched.by_clock:
+        notes.append("the wall clock ended the order search: this run may not be reproducible")
+    if searched.best is not warm and check(searched.best).ok:
+        notes.append(f"order search: {searched.kept} of {searched.tried} swaps of two microbatches shortened it "
+                     f"({warm.makespan:g} -> {searched.best.makespan:g})")
+        return searched.best, searched.tried, searched.kept
+    return warm, searched.tried, searched.kept
+
+
+def _heuristics(problem: Problem, options: SolveOptions, budget: Budget, notes: list[str]) -> tuple[list[Schedule], bool]:
+    """The warm start's candidates found in its share of the time limit, and whether it was cut short."""
+    knobs, T = options.settings.quick, budget.time_limit
+    found: list[Schedule] = [given_warm_start(problem, s) for s in (options.warm_schedule,) if s is not None]
+    cut = False
+    if options.warm_schedule is None:
+        deadline = budget.t0 + knobs.warm_start_share * T
+        tries = None
+        if budget.deterministic:  # as many candidates as the share pays for, whatever the clock says
+            b = budget.knobs
+            ops = problem.num_stages * problem.microbatches * len(problem.kinds)
+            tries = max(1, int(b.deterministic_share * knobs.warm_start_share * T * b.warm_start_ops_per_second
+                               // max(1, ops)))
+        _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, knobs.warm_start_share * T,
+                                                  None if budget.deterministic else deadline, sink=found,
+                                                  max_tries=tries),
+                          lambda: time.monotonic() > budget.deadline - budget.reserve
+                          or (time.monotonic() > deadline and bool(found)))
+    for schedule in options.also_start_from:
+        try:
+            found.append(given_warm_start(problem, schedule))
+        except InputError as exc:
+            notes.append(f"a schedule to start from was left out: {exc}")
+    return found, cut
+
+
+def quick_solve(problem: Problem, options: SolveOptions, budget: Budget) -> SolveResult:
+    """The quick path (see the module doc): a checked schedule, or NoSolutionError."""
+    T = budget.time_limit
+    notes = [f"the time limit ({T:g} s) cannot pay for building the model: the best heuristic, then a search "
+             "over microbatch orders"]
+    interrupted = cut = False
+    warm = best = None
+    tried = kept = 0
+    try:
+        found, cut = _heuristics(problem, options, budget, notes)
+        if cut:
+            notes.append("the heuristics were cut short (a candidate ran past its share of the time)"
+                         + (": this run may not be reproducible" if budget.deterministic else ""))
+        warm = best = shortest(found)
+        if warm is not None:
+            best, tried, kept = _improve(warm, options, budget, notes)
+    except KeyboardInterrupt:
+        interrupted = True
+    if best is None:
+        raise NoSolutionError("interrupted before any schedule was found" if interrupted else
+                              f"no schedule found within the time limit ({T:g} s)")
+    lower = makespan_lower_bound(problem).value
+    status = Status.OPTIMAL if best.makespan <= lower + slack(lower) else Status.FEASIBLE
+    o = options
+    params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
+              "objective": o.objective, "warm_start": o.warm_start}
+    extra = {"interrupted": interrupted, "notes": notes, "warm_start": warm.method.name,
+             "order_search": {"tried": tried, "kept": kept}}
+    info = MethodInfo(NAME, params, status.value, round(lower, 9), budget.elapsed(), extra)
+    final = Schedule(problem, info, best.ops)
+    return SolveResult(final, status, lower, final.gap or 0.0, info.seconds, interrupted, best is warm, warm,
+                       None, notes, cut)
