@@ -29,6 +29,12 @@ class NotApplicableError(PpsolveError):
     exit_code = 2
 
 
+class InvalidScheduleError(PpsolveError):
+    """A schedule file that reads well but breaks a rule of the contract (what ``check`` exits 1 on)."""
+
+    exit_code = 1
+
+
 class InfeasibleError(PpsolveError):
     """No schedule can exist (e.g. a memory cap below the least that works)."""
 

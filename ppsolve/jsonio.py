@@ -15,6 +15,8 @@ from ppsolve.errors import InputError
 
 def read_json(path: str | os.PathLike, what: str) -> Any:
     """Parse the JSON file at ``path``; ``what`` names it in error messages."""
+    if path is None or not os.fspath(path):
+        raise InputError(what, "no file given (an empty path)")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -101,7 +101,9 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
             out.append((name, orders))
     if problem.devices * max(problem.microbatches, 2 * problem.devices) <= BLOCK_SEARCH_SIZE:
         best = None
-        for rows in block_rows(problem.devices, problem.microbatches, int(limit / min(problem.activation) + EPS)):
+        least = min(problem.activation)  # a stage that holds nothing: no limit in activations (block_rows caps it)
+        in_flight = 2 * problem.devices if least <= 0 else int(limit / least + EPS)
+        for rows in block_rows(problem.devices, problem.microbatches, in_flight):
             makespan, peaks = timing(problem, rows)
             if _fits(caps, peaks) and (best is None or makespan < best[0]):
                 best = (makespan, rows)

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_transformer(args.model).with_micro_batch_size(args.micro_batch_size)
     if args.recompute:
         model = replace(model, recompute=args.recompute)
-    hardware = hardware_of_gpu(args.gpu) if args.gpu else load_hardware(args.hardware)
+    hardware = hardware_of_gpu(args.gpu) if args.gpu is not None else load_hardware(args.hardware)
     if args.p2p:
         hardware = replace(hardware, p2p=args.p2p)
     layout = Layout(devices=args.devices, microbatches=args.microbatches or 1, chunks=args.chunks,

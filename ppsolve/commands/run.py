@@ -31,9 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true",
                         help="compare loss and every gradient with a single-process run (fails above 1e-5)")
     parser.add_argument("--trace", metavar="OUT.json", help="write the measured ops as a Chrome trace")
-    parser.add_argument("--runtime", choices=("ppsolve", "torch"), default="ppsolve",
+    parser.add_argument("--runtime", choices=("ppsolve", "torch", "torchtitan"), default="ppsolve",
                         help="ppsolve's executor, or PyTorch's pipelining runtime fed the exported compute_comms CSV "
-                             "and side file (offload and recompute through ppsolve.executor.torch_plan.attach)")
+                             "and side file (offload and recompute through ppsolve.executor.torch_plan.attach), or "
+                             "torchtitan's schedule builder fed export --to torchtitan's files (needs torchtitan)")
     parser.add_argument("--micro-batch-size", type=int, help="override the model file's micro_batch_size")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any wait may take before the run fails")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",

@@ -4,7 +4,8 @@ Everything that can be refused is refused here, before any process starts: a
 schedule that is not valid, a model whose layers cannot be cut into the stages,
 a launch whose rank count is not the schedule's devices, ``device="cuda"`` where
 CUDA is not there (one GPU per local rank). The torch runtime gets the exported
-compute_comms CSV and its side file (offload, recompute).
+compute_comms CSV and its side file (offload, recompute); the torchtitan runtime
+the compute-only CSV and the side file.
 """
 
 from __future__ import annotations
@@ -57,12 +58,21 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
     report = check(schedule)
     if not report.valid:
         raise InputError("schedule", "is not valid: " + report.violations[0].message)
-    if runtime not in ("ppsolve", "torch"):
-        raise InputError("--runtime", f"must be ppsolve or torch, got {runtime!r}")
+    if runtime not in ("ppsolve", "torch", "torchtitan"):
+        raise InputError("--runtime", f"must be ppsolve, torch or torchtitan, got {runtime!r}")
     csv_text = None
     if runtime == "torch":
         from ppsolve.export.torch_csv import to_compute_comms_csv
         csv_text = to_compute_comms_csv(schedule)
+    elif runtime == "torchtitan":
+        import importlib.util
+
+        from ppsolve.export.torch_csv import to_torch_csv
+        from ppsolve.export.torchtitan import INSTALL, schedule_name
+        if importlib.util.find_spec("torchtitan") is None:
+            raise InputError("--runtime", f"torchtitan is not installed: {INSTALL}")
+        schedule_name(problem)
+        csv_text = to_torch_csv(schedule)
     return spec, csv_text
 
 
@@ -108,7 +118,7 @@ def execute_all(schedules: list[Schedule], model: str | Path | ModelSpec, *, ste
 
 def _job(schedule: Schedule, spec: ModelSpec, csv_text: str | None, kind: str, **options) -> Job:
     torch_plan = None
-    if options.get("runtime") == "torch":
+    if options.get("runtime") in ("torch", "torchtitan"):
         from ppsolve.export.torch_levers import side_plan
         torch_plan = side_plan(schedule)
     return Job(schedule=schedule.to_dict(), model=spec.to_dict(), csv_text=csv_text, torch_plan=torch_plan,

@@ -62,6 +62,9 @@ def _rank_main(job: Job | list[Job], rank: int, world: int, init_method: str, lo
             if one.runtime == "torch":
                 from ppsolve.executor.torch_runtime import run_rank_torch
                 results.append(run_rank_torch(one, rank, device))
+            elif one.runtime == "torchtitan":
+                from ppsolve.executor.torchtitan_runtime import run_rank_torchtitan
+                results.append(run_rank_torchtitan(one, rank, device))
             else:
                 results.append(run_rank(one, rank, device))
             dist.barrier()

@@ -4,7 +4,11 @@ The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
 each stage's activation, weight_hold and recompute keep set to the bytes measured on
 that run; an offload moves the bytes it moved on that run (whole saved storages, the
 largest first, within its planned share: amount / activation), or, where none was
-recorded, its planned share of the measured activation.
+recorded, its planned share of the measured activation. An offload whose share is smaller
+than every whole saved storage moves nothing (0 bytes, as is its reload): the table says
+how many did so on each rank.
+
+A device that holds no stage runs nothing: its row shows a peak of 0 and a span of 0.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class RankFigures:
     planned: dict[str, float]  # median planned duration per kind (problem time units)
     planned_span: float
     max_allocated: int | None = None  # torch.cuda.max_memory_allocated (CUDA runs only)
+    unmoved: int = 0  # offloads that moved no storage (their share is below any whole saved storage)
 
 
 def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
@@ -96,10 +101,11 @@ def figures(schedule: Schedule, results) -> list[RankFigures]:
         mine = [op for op in schedule.ops if op.device == result.rank]
         for op in mine:
             planned.setdefault(op.kind.value, []).append(op.end - op.start)
+        unmoved = sum(1 for rec in result.records if rec.kind == OpKind.OFFLOAD.value and rec.moved == 0)
         out.append(RankFigures(result.rank, result.peak, predicted[result.rank],
                                {k: median(v) for k, v in by_kind.items()}, span,
-                               {k: median(v) for k, v in planned.items()}, max(op.end for op in mine),
-                               result.max_allocated))
+                               {k: median(v) for k, v in planned.items()}, max((op.end for op in mine), default=0.0),
+                               result.max_allocated, unmoved))
     return out
 
 
@@ -121,6 +127,10 @@ def render(figs: list[RankFigures]) -> str:
         mark = "" if f.measured_peak == f.predicted_peak else "  (peak differs)"
         lines.append(f"{f.rank:4d}  {f.measured_peak:17d}  {f.predicted_peak:18.0f}  "
                      + "  ".join(f"{c:>17}" for c in cells) + mark)
+    unmoved = ", ".join(f"rank {f.rank}: {f.unmoved}" for f in figs if f.unmoved)
+    if unmoved:
+        lines.append(f"offloads that moved 0 bytes, their reloads too ({unmoved}): the planned share is smaller "
+                     "than any whole saved storage, and the executor moves whole storages")
     return "\n".join(lines)
 
 

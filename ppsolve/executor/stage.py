@@ -52,13 +52,17 @@ def offload_choice(sizes: list[int], fraction: float) -> list[int]:
 def move_to_host(record, fraction: float, device, ledger) -> int:
     """Copy the storages :func:`offload_choice` picks of ``record`` (a microbatch's saved tensors:
     ``sizes``, ``storages``, ``ptrs``, ``host``) to host and free them on the device; returns the
-    bytes moved, also recorded in ``record.moved`` (``record.copied``: the event after the copy)."""
+    bytes moved, also recorded in ``record.moved`` (``record.copied``: the event after the copy).
+
+    A share too small for any whole storage moves nothing: the offload is a no-op (0 bytes in the
+    ledger), ``record.offloaded`` is still set, and its reload is a no-op too."""
     moved = 0
     for i in offload_choice(record.sizes, fraction):
         record.host[i] = device.to_host(record.storages[i])
         ledger.owner.pop(record.ptrs[i], None)  # the address may be reused while on host
         moved += record.sizes[i]
     record.moved = moved
+    record.offloaded = True
     record.copied = device.mark()
     ledger.held -= moved
     return moved
@@ -76,6 +80,7 @@ def move_to_device(record, owner, device, ledger) -> int:
         ledger.owner[record.ptrs[i]] = owner
         record.host[i] = None
     moved, record.moved = record.moved, 0
+    record.offloaded = False
     record.copied = device.mark()
     ledger.held += moved
     return moved
@@ -125,7 +130,8 @@ class Pending:
     saved: list[tuple[weakref.ref, int]] = field(default_factory=list)  # saved tensors and their storage index
     grad: torch.Tensor | None = None
     host: list[torch.Tensor | None] = field(default_factory=list)
-    moved: int = 0
+    moved: int = 0  # bytes on the host now
+    offloaded: bool = False  # between its OFFLOAD and its RELOAD (also when the share moved nothing)
     plan: split.WeightPlan | None = None
     hold: int = 0  # bytes still held between B and W
     input_done: bool = False  # B of split backward has run
@@ -276,7 +282,7 @@ class Stage:
         state = self.pending.get(j)
         if state is None:
             raise RuntimeError(f"stage {self.index}: backward of microbatch {j} before its forward")
-        if state.moved:
+        if state.offloaded:
             raise RuntimeError(f"stage {self.index}: backward of microbatch {j} while its activations are "
                                "on the host (RELOAD missing)")
         return state
@@ -302,14 +308,14 @@ class Stage:
         if j in self.checkpoints:
             raise RuntimeError(f"OFFLOAD({self.index},{j}) of a recomputed microbatch (rule 10)")
         state = self.pending.get(j)
-        if state is None or state.moved:
+        if state is None or state.offloaded:
             raise RuntimeError(f"stage {self.index}: OFFLOAD of microbatch {j} without its activations on device")
         return move_to_host(state, fraction, self.device, self.ledger)
 
     def reload(self, j: int) -> int:
         """Bring microbatch j's offloaded storages back; returns bytes moved."""
         state = self.pending.get(j)
-        if state is None or not state.moved:
+        if state is None or not state.offloaded:
             raise RuntimeError(f"stage {self.index}: RELOAD of microbatch {j} that is not offloaded")
         return move_to_device(state, (self.index, j), self.device, self.ledger)
 

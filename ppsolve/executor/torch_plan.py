@@ -50,7 +50,7 @@ from ppsolve.executor.device import CpuDevice
 from ppsolve.executor.stage import SavedBytes, move_to_device, move_to_host
 
 FORMAT = "ppsolve/torch-plan@1"
-_COMPUTE = (_torch.FORWARD, _torch.BACKWARD_INPUT, _torch.FULL_BACKWARD, _torch.BACKWARD_WEIGHT)
+COMPUTE_KINDS = (_torch.FORWARD, _torch.BACKWARD_INPUT, _torch.FULL_BACKWARD, _torch.BACKWARD_WEIGHT)
 
 
 class Slot:
@@ -71,7 +71,8 @@ class Saved:
     sizes: list[int] = field(default_factory=list)
     refs: list[tuple[weakref.ref, int]] = field(default_factory=list)  # packed objects and their storage index
     host: list = field(default_factory=list)
-    moved: int = 0
+    moved: int = 0  # bytes on the host now
+    offloaded: bool = False  # between its OFFLOAD and its RELOAD (also when the share moved nothing)
     copied: object = None  # the device event after the last OFFLOAD/RELOAD copy
     hold: int | None = None  # bytes kept from I to W
     # recompute: F's packed objects in pack order (a Slot, or the input F kept), args for R, random state
@@ -131,7 +132,8 @@ class PlanRun:
         self.waits.update({e["action"]: e["waits"] for e in rank_plan["extra"]})
         self.recomputed = {tuple(x) for x in (plan or {}).get("recomputed", []) if x[0] in self.stages}
         self.params = [p for stage in self.stages.values() for p in stage.submod.parameters()]
-        self.per_step = sum(1 for a in runtime.pipeline_order_with_comms[self.rank] if a.computation_type in _COMPUTE)
+        self.per_step = sum(1 for a in runtime.pipeline_order_with_comms[self.rank]
+                            if a.computation_type in COMPUTE_KINDS)
         self.calls = 0
         self.log: list | None = None  # when a list: every compute and extra action's label as it ends
         self._captured: tuple = ((), {})
@@ -292,7 +294,7 @@ class PlanRun:
             raise RuntimeError(f"{what}({s},{j}) before its forward")
         if record.awaiting_r:
             raise RuntimeError(f"{what}({s},{j}) of a recomputed microbatch before its R({s},{j})")
-        if record.moved:
+        if record.offloaded:
             raise RuntimeError(f"{what}({s},{j}) while its activations are on the host (RELOAD missing)")
         return record
 
@@ -321,14 +323,14 @@ class PlanRun:
 
     def _offload(self, s: int, j: int, share: float) -> int:
         record = self.saved.get((s, j))
-        if record is None or record.moved or (s, j) in self.recomputed:
+        if record is None or record.offloaded or (s, j) in self.recomputed:
             raise RuntimeError(f"OFFLOAD({s},{j}) without its activations on the device")
         self.device.wait(record.copied)
         return move_to_host(record, share, self.device, self.ledger)
 
     def _reload(self, s: int, j: int) -> int:
         record = self.saved.get((s, j))
-        if record is None or not record.moved:
+        if record is None or not record.offloaded:
             raise RuntimeError(f"RELOAD({s},{j}) of a microbatch that is not offloaded")
         self.device.wait(record.copied)
         return move_to_device(record, (s, j), self.device, self.ledger)
@@ -377,7 +379,7 @@ def attach(runtime, plan=None, device=None) -> PlanRun:
     neither offloads nor recomputes. Returns the :class:`PlanRun`, whose ``peak``,
     ``executed`` and ``*_bytes`` describe the last step."""
     run = PlanRun(runtime, load_plan(plan), device)
-    for kind in _COMPUTE:
+    for kind in COMPUTE_KINDS:
         runtime.register_custom_function(kind, run.run)
     return run
 

@@ -11,13 +11,18 @@ they run) must be the CSV's row with the side file's actions where the plan puts
 them; a difference fails the rank. The activation bytes are the adapter's (its
 saved-tensors hooks), reported as ppsolve's own runtime reports them.
 Quirk of that runtime (torch 2.13): stage 0's I is a no-op and its W runs the
-whole backward.
+whole backward. When an action fails, that runtime logs its whole schedule (thousands of
+lines for a large plan): the log goes to a file, ``ppsolve-torch-rank<r>-*.log`` in the
+temporary folder, which the rank's one-line error names. A rank that holds no stage runs
+nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+from contextlib import contextmanager
 
 import torch
 from torch.distributed.pipelining import PipelineStage
@@ -26,7 +31,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, OpRecord, RankResult, parameter_grads
-from ppsolve.executor.torch_plan import attach
+from ppsolve.executor.torch_plan import COMPUTE_KINDS, attach
 
 _LOGGED = {"get_fwd_send_ops": "SEND_F", "get_bwd_send_ops": "SEND_B",
            "get_fwd_recv_ops": "RECV_F", "get_bwd_recv_ops": "RECV_B"}
@@ -38,6 +43,8 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     problem = schedule.problem
     S, M = problem.num_stages, problem.microbatches
     mine = sorted(problem.stages_of_device[rank])
+    if not mine:
+        return RankResult(rank, device=dev.kind)
     built = models.build_stages(spec, S, keep=set(mine), blocks=spec.blocks_of_stages(S, problem.annotations))
     modules = {s: dev.place(m) for s, m in built.items()}
     stages = [PipelineStage(modules[s], s, S, dev.device) for s in mine]
@@ -50,6 +57,8 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     finally:
         os.unlink(path)
     plan = attach(runtime, job.torch_plan, dev)
+    if job.fail_at is not None and job.fail_at[0] == rank:
+        _fail_at(runtime, plan, job.fail_at[1])
     plan.log = log = []
     for stage in stages:
         _log_comms(stage, log)
@@ -64,12 +73,19 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
             module.zero_grad(set_to_none=True)
         log.clear()
         losses: list = []
-        runtime.step(*((inputs,) if has_first else ()), **({"target": targets, "losses": losses} if has_last else {}))
+        with runtime_log(rank):
+            runtime.step(*((inputs,) if has_first else ()),
+                         **({"target": targets, "losses": losses} if has_last else {}))
         if log != expected:
             at = next((i for i, (a, b) in enumerate(zip(log, expected)) if a != b), min(len(log), len(expected)))
             raise RuntimeError(f"rank {rank} ran {log[at] if at < len(log) else 'nothing'} at action {at}, the "
                                f"exported files say {expected[at] if at < len(expected) else 'nothing'}")
     dev.synchronize()
+    return measured(result, plan, log, parameter_grads(modules) if job.check else None)
+
+
+def measured(result: RankResult, plan, executed: list[str], grads: dict | None) -> RankResult:
+    """``result`` filled with what the plan's custom functions measured in the last step."""
     result.losses = {j: float(loss.detach()) for j, loss in plan.losses.items()}
     result.records = [OpRecord(r.action, r.kind, r.stage, r.microbatch, plan.seconds(r.start), plan.seconds(r.end),
                                r.held, r.moved) for r in plan.records]
@@ -77,10 +93,35 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     result.activation_bytes = plan.bytes_by_stage("activation_bytes")
     result.hold_bytes = plan.bytes_by_stage("hold_bytes")
     result.keep_bytes = plan.bytes_by_stage("keep_bytes")
-    result.executed = list(log)
-    if job.check:
-        result.grads = parameter_grads(modules)
+    result.executed = list(executed)
+    if grads is not None:
+        result.grads = grads
     return result
+
+
+@contextmanager
+def runtime_log(rank: int):
+    """PyTorch's pipelining runtime logging into a file, not to stderr; a failure inside names it."""
+    logger = logging.getLogger(_PipelineScheduleRuntime.__module__)
+    handle, path = tempfile.mkstemp(prefix=f"ppsolve-torch-rank{rank}-", suffix=".log")
+    os.close(handle)
+    handler = logging.FileHandler(path)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    failed = False
+    try:
+        yield
+    except Exception as exc:
+        failed = True
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise RuntimeError(f"{type(exc).__name__}: {first} (PyTorch's runtime logged its schedule to {path})") from exc
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        handler.close()
+        if not failed:
+            os.unlink(path)
 
 
 def expected_log(row: list[str], side: dict | None, rank: int) -> list[str]:
@@ -93,6 +134,19 @@ def expected_log(row: list[str], side: dict | None, rank: int) -> list[str]:
         out += before.get(action, [])
         out.append(action)
     return out
+
+
+def _fail_at(runtime, plan, index: int) -> None:
+    """Testing hook: the rank's compute action ``index`` (counted over the run) raises."""
+    calls = iter(range(10**9))
+
+    def failing(action, ctx):
+        if next(calls) == index:
+            raise RuntimeError(f"injected failure at action {index} ({action})")
+        plan.run(action, ctx)
+
+    for kind in COMPUTE_KINDS:
+        runtime.register_custom_function(kind, failing)
 
 
 def _log_comms(stage, log: list) -> None:

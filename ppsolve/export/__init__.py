@@ -37,6 +37,9 @@ EXPORTERS: dict[str, Exporter] = {
                  "compute_comms CSV (sends and receives placed; side file for offload and recompute) or "
                  "compute_only CSV for torch.distributed.pipelining's _PipelineScheduleRuntime._load_csv",
                  ".csv"),
+        Exporter("torchtitan", "ppsolve.export.torchtitan",
+                 "a directory for torchtitan: the compute-only CSV its pipeline_parallel_schedule_csv loads, the "
+                 "side plan for ppsolve.executor.torchtitan.apply_plan, and its pipeline settings", ""),
     )
 }
 

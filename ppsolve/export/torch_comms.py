@@ -11,7 +11,9 @@ B(s+1,j) -> B(s,j) (``SEND_B``/``RECV_B``). Placement:
 
 - each send comes right after the op that produces it;
 - the messages two ranks exchange (both directions) are put in one *channel order*:
-  by the planned end of the producing op (then sending rank, then its issue position);
+  by the planned end of the producing op, then its dependency depth
+  (:func:`ppsolve.dependencies.depth`: a zero-length F ends at the same instant as the F it
+  consumes, and comes after it), then sending rank, then its issue position;
   each rank posts its sends and receives with that peer in this order, which is what a
   FIFO channel per pair needs (gloo matches receives to sends in order; NCCL runs one
   stream per pair, so a send queued before the matching receive would hang);
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppsolve.dependencies import dependents_table
+from ppsolve.dependencies import dependents_table, depth
 from ppsolve.ops import OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import issue_order
@@ -89,7 +91,7 @@ def messages(schedule: Schedule, orders: list[list[ScheduledOp]]) -> list[Messag
             for kind, stage, _lag in waiting.get((op.kind, op.stage), ()):
                 if kind is op.kind and place[stage] != place[op.stage]:
                     consumer, _ = index[(kind, stage, op.microbatch)]
-                    out.append(Message(op, consumer, (op.end, op.device, i)))
+                    out.append(Message(op, consumer, (op.end, depth(problem, op.kind, op.stage), op.device, i)))
     return sorted(out, key=lambda m: m.order)
 
 

@@ -17,17 +17,24 @@ The runtime's rules (torch 2.13, ``_step_microbatches``), as modelled here:
   buffer, or the ranks would hang.
 
 ``recv_blocks=True`` is stricter still: a receive also blocks its rank until it
-completes (PyTorch's own ``_simulate_comms_compute`` assumes this).
+completes (PyTorch's own ``_simulate_comms_compute`` assumes this). ``UNSHARD`` and
+``RESHARD`` (FSDP, added by PyTorch's lowering of a compute_only CSV) are no-ops here.
+
+With durations (:func:`replay_times`) the replay is timed: a rank runs its row
+back to back, an op starts when the rank is free and its input has arrived, a message
+arrives ``latency`` after its send is posted, but not before its receive is posted nor
+before the previous message of its channel has arrived (FIFO).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppsolve.errors import DeadlockError, InputError
 
-_ACTION = re.compile(r"^(\d+)(F|I|B|W|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
+_ACTION = re.compile(r"^(\d+)(F|I|B|W|REDUCE_GRAD|UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
 _COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 
 
@@ -70,6 +77,21 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
     (each round lets every rank go as far as it can). DeadlockError when some rank can
     never go on, naming each stuck rank's action and what it waits for; InputError
     for an action the runtime would refuse."""
+    return _run(rows, recv_blocks, lambda rank, a: 0.0, lambda s, t, j: 0.0, lambda rank, a: 0.0)[0]
+
+
+def replay_times(rows: list[list[Action]], duration: Callable[[int, Action], float],
+                 latency: Callable[[int, int, int], float], recv_blocks: bool = False,
+                 lead: Callable[[int, Action], float] | None = None) -> list[float]:
+    """The timed replay: when each rank ends its row. ``duration(rank, action)`` is how long
+    an action keeps its rank busy once its input is there (0 for sends and receives),
+    ``lead(rank, action)`` how long before that it works without it (default 0),
+    ``latency(s, t, j)`` the time of microbatch j's message from stage s to stage t. Errors as
+    :func:`replay`."""
+    return _run(rows, recv_blocks, duration, latency, lead or (lambda rank, a: 0.0))[1]
+
+
+def _run(rows, recv_blocks, duration, latency, lead) -> tuple[int, list[float]]:
     rank_of: dict[int, int] = {}
     for rank, row in enumerate(rows):
         for a in row:
@@ -81,11 +103,15 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
     issued: dict[tuple, set[int]] = {}  # (low, high, k) -> ranks that posted it
     completed: dict[tuple[int, int], int] = {}  # (low, high) -> channel ops completed
     pc = [0] * len(rows)
+    clock = [0.0] * len(rows)
+    at: dict[tuple, list[float]] = {}  # (low, high, k) -> [send posted + latency, receive posted]
+    arrived: dict[tuple, float] = {}  # (low, high, k) -> when the message arrived
     rounds = 0
 
     def complete(pair):
-        while len(issued.get(pair + (completed.get(pair, 0),), ())) == 2:
-            completed[pair] = completed.get(pair, 0) + 1
+        while len(issued.get(pair + ((k := completed.get(pair, 0)),), ())) == 2:
+            arrived[pair + (k,)] = max(at[pair + (k,)] + [arrived.get(pair + (k - 1,), 0.0)])
+            completed[pair] = k + 1
 
     def post(rank: int, a: Action) -> None:
         if a.kind.startswith("SEND"):
@@ -98,12 +124,36 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
             raise InputError("csv", f"rank {rank} action {pc[rank]} ({a}): posted twice")
         pair_k = channel_index[(rank, pc[rank])]
         posted[rank][key] = (pair_k, pc[rank])
-        issued.setdefault(pair_k[0] + (pair_k[1],), set()).add(rank)
+        message = pair_k[0] + (pair_k[1],)
+        if a.kind.startswith("SEND"):
+            at.setdefault(message, []).append(clock[rank] + latency(a.stage, _peer_stage(a), a.microbatch))
+        else:
+            at.setdefault(message, []).append(clock[rank])
+        issued.setdefault(message, set()).add(rank)
         complete(pair_k[0])
 
     def is_complete(peer_pair_k) -> bool:
         pair, k = peer_pair_k
         return completed.get(pair, 0) > k
+
+    def arrival(peer_pair_k) -> float:
+        pair, k = peer_pair_k
+        return arrived[pair + (k,)]
+
+    def start(rank: int, a: Action) -> float:
+        """When the part of ``a`` (which can run) that needs its input starts: the rank is free, has
+        done the lead, and what it waits for has arrived."""
+        if a.kind in _COMMS:
+            if recv_blocks and a.kind.startswith("RECV"):
+                return max(clock[rank], arrival(channel_index[(rank, pc[rank])]))
+            return clock[rank]
+        ready = clock[rank] + lead(rank, a)
+        if a.kind in ("F", "I", "B"):
+            recv = ("RECV_F" if a.kind == "F" else "RECV_B", a.stage, a.microbatch)
+            source = a.stage - 1 if a.kind == "F" else a.stage + 1
+            if recv in posted[rank] and rank_of.get(source, rank) != rank:
+                return max(ready, arrival(posted[rank][recv][0]))
+        return ready
 
     def blocker(rank: int, a: Action):
         """None when action ``a`` can run now, else what it waits for (InputError if never)."""
@@ -112,7 +162,7 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
             if recv_blocks and a.kind.startswith("RECV") and not is_complete(channel_index[(rank, pc[rank])]):
                 return f"its sender (rank {rank_of[_peer_stage(a)]})"
             return None
-        if a.kind == "REDUCE_GRAD":
+        if a.kind in ("REDUCE_GRAD", "UNSHARD", "RESHARD"):
             return None
         if a.kind == "W":
             if ("I", a.stage, a.microbatch) not in done[rank]:
@@ -147,6 +197,7 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
                     progress = True
                 if blocker(rank, a) is not None:
                     break
+                clock[rank] = start(rank, a) + duration(rank, a)
                 done[rank].add((a.kind, a.stage, a.microbatch))
                 pc[rank] += 1
                 progress = True
@@ -154,7 +205,7 @@ def replay(rows: list[list[Action]], recv_blocks: bool = False) -> int:
             stuck = [f"rank {r} at action {pc[r]} ({row[pc[r]]}) waits for {blocker(r, row[pc[r]])}"
                      for r, row in enumerate(rows) if pc[r] < len(row)]
             raise DeadlockError("the schedule hangs: " + "; ".join(stuck))
-    return rounds
+    return rounds, clock
 
 
 def _match_channels(rows: list[list[Action]], rank_of: dict[int, int]) -> dict[tuple[int, int], tuple]:

@@ -10,6 +10,12 @@ within the caps. Then each remaining offload moves only what the cap needs: movi
 more on the device from the offload's end to its reload's start, which is allowed while the device
 stays within its cap there, and the shorter transfers end earlier, which waits for nothing. The result
 is re-timed as the runtime runs it and checked.
+
+Dust: an offload that moves less than ``DUST`` (1%) of its activation buys next to nothing (a runtime
+that moves whole saved tensors may move nothing for it). It is dropped as any lever is when the caps
+allow; when its device's cap needs it, it is merged into another offload of that device (the one with
+the most room first: that one moves the dust's amount more) when the re-timed schedule keeps the
+makespan and the caps. Only a dust offload that neither can remove stays: the cap needs it there.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import retime
 from ppsolve.tolerance import slack
+
+DUST = 0.01  # an offload of less than this share of its activation is dust (see the module docstring)
+DUST_PARTNERS = 8  # offloads of its device tried per dust offload
 
 
 def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
@@ -86,6 +95,7 @@ def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int |
             ops = trial
     if problem.offload is not None:
         ops = trim_amounts(problem, ops, until, max_tries)
+        ops = absorb_dust(problem, ops, schedule.makespan, until, max_tries)
     if ops == list(schedule.ops):
         return schedule
     for build in (lambda: retime(problem, ops), lambda: ops):
@@ -93,3 +103,49 @@ def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int |
         if shed.makespan <= schedule.makespan + slack(schedule.makespan) and check(shed).ok:
             return Schedule(problem, schedule.method, shed.ops)
     return schedule
+
+
+def is_dust(problem, op) -> bool:
+    """Whether transfer ``op`` moves less than ``DUST`` of its stage's activation."""
+    return op.amount < DUST * problem.activation[op.stage]
+
+
+def absorb_dust(problem, ops: list, makespan: float, until: float | None = None,
+                max_tries: int | None = None) -> list:
+    """``ops`` with each dust offload the caps need merged into another offload of its device, where
+    the re-timed schedule keeps ``makespan`` and the caps (see the module docstring)."""
+    ops = list(ops)
+    dust = sorted((op for op in ops if op.kind is OpKind.OFFLOAD and is_dust(problem, op)), key=lambda o: o.amount)
+    for tries, small in enumerate(dust[:max_tries]):
+        if until is not None and time.monotonic() > until:
+            break
+        pair = {Op(OpKind.OFFLOAD, small.stage, small.microbatch), Op(OpKind.RELOAD, small.stage, small.microbatch)}
+        rest = [op for op in ops if op.op not in pair]
+        partners = sorted((op for op in rest if op.kind is OpKind.OFFLOAD and op.device == small.device
+                           and problem.max_offload(op.stage) - op.amount >= small.amount and not is_dust(problem, op)),
+                          key=lambda o: o.amount - problem.max_offload(o.stage))
+        for partner in partners[:DUST_PARTNERS]:
+            trial = _grown(problem, rest, partner, partner.amount + small.amount)
+            if trial is not None and make_schedule(problem, trial, "dust").makespan <= makespan + slack(makespan):
+                ops = trial
+                break
+    return ops
+
+
+def _grown(problem, ops: list, offload, amount: float) -> list | None:
+    """``ops`` with the pair of ``offload`` moving ``amount`` (the OFFLOAD from its start, the RELOAD up to
+    its end), re-timed as the runtime runs it; None when the result is not valid within the caps."""
+    out = []
+    for op in ops:
+        if op.kind.is_transfer and (op.stage, op.microbatch) == (offload.stage, offload.microbatch):
+            length = problem.duration(op.kind, op.stage, amount)
+            op = (op._replace(end=op.start + length, amount=amount) if op.kind is OpKind.OFFLOAD
+                  else op._replace(start=op.end - length, amount=amount))
+        out.append(op)
+    try:
+        timed = retime(problem, out)
+    except Exception:  # noqa: BLE001 - an order the runtime cannot run is simply not taken
+        return None
+    if over_capacity(problem, timed) or not check(make_schedule(problem, timed, "dust")).ok:
+        return None
+    return timed

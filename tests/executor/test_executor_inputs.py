@@ -8,7 +8,7 @@ import pytest
 
 from tests.executor.helpers import MODELS, add_offload, make, pipelined_orders, problem
 
-from ppsolve.errors import InputError, NotApplicableError
+from ppsolve.errors import InputError
 from ppsolve.executor.spec import load_model_spec, model_from_dict
 from ppsolve.export.torch_csv import to_torch_csv
 
@@ -57,11 +57,11 @@ def test_torch_csv_is_accepted_by_torch_validation():
     assert mapping == {s: s % 4 for s in range(8)}
 
 
-def test_offload_schedule_has_no_compute_only_csv():
+def test_compute_only_csv_of_an_offload_schedule_keeps_the_compute_actions():
     prob = problem(2, 2, offload=True)
     orders = add_offload(prob, pipelined_orders(prob, lag=1), {(0, 0)})
-    with pytest.raises(NotApplicableError, match="compute_only file has no place for them"):
-        to_torch_csv(make(prob, orders, "off"))
+    rows = to_torch_csv(make(prob, orders, "off")).splitlines()
+    assert rows == to_torch_csv(make(prob, pipelined_orders(prob, lag=1), "plain")).splitlines()
 
 
 def test_refused_before_start(tmp_path):
