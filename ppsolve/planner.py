@@ -14,7 +14,8 @@ step k, and asks for the schedule when step k is done::
 A plan's time limit counts from when its worker starts it; a plan submitted while the workers are busy
 waits its turn. Threads (the default) share the training process's interpreter: the quick path is
 Python and takes the GIL while it runs, a CP-SAT search mostly does not. ``processes=True`` plans in
-spawned processes instead (each imports ppsolve once; problems and schedules are pickled across).
+spawned processes instead (each imports ppsolve once; problems and schedules are pickled across; the
+script needs multiprocessing's ``if __name__ == "__main__":`` guard).
 """
 
 from __future__ import annotations

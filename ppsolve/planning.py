@@ -5,7 +5,8 @@ a program calls :func:`solve`. Both may run in a loop inside a training process:
 handler, leave no module state behind, and may run in several threads at once (each call has its own
 budget, progress and search; ``threads=1`` with a ``seed`` gives the same schedule from every thread).
 A time limit below a second that cannot pay for building a model is answered from the heuristics and a
-search over microbatch orders, without importing a solver backend (``ppsolve.solvers.quick``).
+search over microbatch orders, without importing a solver backend (``ppsolve.solvers.quick``); when no
+heuristic has ended in time, it waits for the first (1F1B, else the serial plan) and its notes say so.
 Ctrl-C reaches a search only in the main thread; a call in another thread runs to its time limit.
 A search that does not stop at its limit (HiGHS while it presolves) is left to finish in a daemon thread.
 """
@@ -63,7 +64,8 @@ def solve_result(problem: Problem, *, time_limit: float | None = None, solver: s
     given = warm_start if isinstance(warm_start, Schedule) else None
     options = SolveOptions(
         solver=solver, time_limit=DEFAULT_TIME_LIMIT if time_limit is None else time_limit, threads=threads,
-        seed=seed, objective=objective, makespan_limit=makespan_limit, warm_start="schedule" if given is not None else warm_start,
+        seed=seed, objective=objective, makespan_limit=makespan_limit,
+        warm_start="schedule" if given is not None else warm_start,
         warm_schedule=given, quiet=progress is None, ignore_capacity=ignore_capacity, stream=progress,
         started=started, keep_after=keep_after, settings=settings or Settings())
     return run_solve(problem, options)

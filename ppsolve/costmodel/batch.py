@@ -103,7 +103,8 @@ def problem_for_batch(model: Transformer, hardware: Hardware, layout: Layout,
     batch = batch_from_data(data)
     partition = partition or even_partition(model.layers, layout.stages, "partition")
     budget = token_budget(batch, tokens_per_microbatch, model)
-    formed = form_microbatches(batch, budget, pack, split_documents, microbatch_time(model, hardware, layout, partition))
+    cost = microbatch_time(model, hardware, layout, partition)
+    formed = form_microbatches(batch, budget, pack, split_documents, cost)
     microbatches = formed[-1].microbatches
     return build_documents_problem(model, hardware, replace(layout, microbatches=len(microbatches)), partition,
                                    microbatches)

@@ -1,14 +1,15 @@
-"""Time limits too short for a model: the warm start's heuristics, then a search over microbatch orders.
+"""Time limits too short for a model: the heuristics, then a search over microbatch orders.
 
 A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
-(:func:`model_pays_off`) never imports a backend. It takes the shortest schedule among the warm start's
-candidates (``ppsolve.solvers.warm_start``: the baselines and our plans) found in ``warm_start_share`` of
-the time limit, then, on a per-microbatch problem, searches microbatch orders in the rest: keeping each
-device's op order, two microbatches swap places (microbatch a runs where b ran and b where a ran), the
-plan is timed by the simulator, and a swap that shortens it within every capacity is kept
-(:func:`order_search`; seeded by ``SolveOptions.seed``). A schedule that recomputes or offloads drops
-what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is checked like every
-solve's.
+(:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
+candidates: a first answer in milliseconds (1F1B, else the serial plan), then the warm start's
+candidates (``ppsolve.solvers.warm_start``: the baselines and our plans). In the rest it improves the
+shortest: on a per-microbatch problem, keeping each device's op order, two microbatches swap places
+(microbatch a runs where b ran and b where a ran), the plan is timed by the simulator, and a swap that
+shortens it within every capacity is kept (:func:`order_search`; seeded by ``SolveOptions.seed``); a
+schedule that recomputes or offloads drops what its makespan does not need instead
+(``ppsolve.solvers.shed``). The answer is checked like every solve's; its lower bound is the busiest
+device's compute (:func:`load_bound`).
 
 Deterministic mode (``threads=1``): the number of candidates and of swaps tried follow from the time
 limit and the problem's size, never the clock; the clock is the guard (the result then says that it
@@ -21,9 +22,10 @@ import random
 import time
 from typing import NamedTuple
 
-from ppsolve.bounds import makespan_lower_bound
+from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
 from ppsolve.errors import InputError
+from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, make_schedule
@@ -32,10 +34,17 @@ from ppsolve.solvers.api import NoSolutionError, SolveOptions, SolveResult, Stat
 from ppsolve.solvers.budget import Budget
 from ppsolve.solvers.overhead_windows import overhead_key
 from ppsolve.solvers.shed import shed_levers
-from ppsolve.solvers.warm_start import best_warm_start, given_warm_start, shortest
+from ppsolve.solvers.warm_start import acceptable, best_warm_start, given_warm_start, own_warm_starts, shortest
 from ppsolve.tolerance import EPS, exceeds, slack
 
 NAME = "quick"  # the schedule's method name
+FIRST = "1f1b"  # the quickest baseline to build
+
+
+def load_bound(problem: Problem) -> float:
+    """The quick path's lower bound: the busiest device's compute (the analytic bound's other arguments cost a
+    good part of a short time limit: 0.1 s of CPU at d = 8, m = 32 per microbatch on the bench machine)."""
+    return max(problem.device_load(d) for d in range(problem.devices))
 
 
 def model_pays_off(options: SolveOptions, ops: int) -> bool:
@@ -45,6 +54,55 @@ def model_pays_off(options: SolveOptions, ops: int) -> bool:
         return True
     ops = min(ops, options.settings.phases.whole_model_ops)  # larger problems search windows of about that size
     return options.time_limit >= knobs.model_seconds + knobs.model_seconds_per_op * ops
+
+
+def first_answer(problem: Problem, out: list[Schedule]) -> list[Schedule]:
+    """An answer in milliseconds, appended to ``out``: 1F1B in data order where it applies and fits, else the
+    serial plan (which fits whenever any schedule does without levers)."""
+    options = RunOptions(threads=1, seed=0, quiet=True, warm_start="none")
+    found = [s for s in applicable_baselines(problem, options, [FIRST]) if acceptable(s)]
+    out += found or own_warm_starts(problem, until=lambda: True)
+    return out
+
+
+def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
+                notes: list[str]) -> tuple[list[Schedule], bool]:
+    """The candidates found in the heuristics' share of the time limit (a first answer, then the warm
+    start's), and whether they were cut short. They are made in a worker thread that starts
+    none after the share; the one it is making then is waited for until the time kept for checking (the
+    search gets what is left), and left to end unobserved after that, unless none has ended, when the
+    first one is waited for (1F1B or the serial plan, unless ``warm_start`` names a method)."""
+    knobs, T = options.settings.quick, budget.time_limit
+    found: list[Schedule] = [given_warm_start(problem, s) for s in (options.warm_schedule,) if s is not None]
+    cut = False
+    if options.warm_schedule is None:
+        guard = budget.deadline - budget.reserve
+        tries = None
+        if budget.deterministic:  # as many candidates as the share pays for; the clock is only the guard
+            b = budget.knobs
+            ops = problem.num_stages * problem.microbatches * len(problem.kinds)
+            tries = max(1, int(b.deterministic_share * knobs.warm_start_share * T * b.warm_start_ops_per_second
+                               // max(1, ops)))
+        share_end = guard if budget.deterministic else budget.t0 + knobs.warm_start_share * T
+
+        def candidates() -> None:
+            if options.warm_start == "auto":
+                first_answer(problem, found)
+            best_warm_start(problem, options.warm_start, knobs.warm_start_share * T, share_end, sink=found,
+                            max_tries=tries)  # past its deadline it still makes one plan when none was found
+
+        # no candidate starts after the share; the one being made may end until the guard (the search's
+        # time); with nothing found by then, the first candidate is waited for
+        _, cut = wait_for(candidates, lambda: time.monotonic() > guard and bool(found))
+        if time.monotonic() > budget.deadline:
+            notes.append(f"no heuristic ended within the time limit: the first one is the answer, "
+                         f"{time.monotonic() - budget.deadline:.2f} s late")
+    for schedule in options.also_start_from:
+        try:
+            found.append(given_warm_start(problem, schedule))
+        except InputError as exc:
+            notes.append(f"a schedule to start from was left out: {exc}")
+    return found, cut
 
 
 def device_orders(schedule: Schedule) -> list[list[Op]]:
@@ -73,7 +131,8 @@ def order_search(start: Schedule, seed: int, until: float | None, max_tries: int
     problem = start.problem
     work = problem.microbatch_work
     m = problem.microbatches
-    pairs = [(a, b) for a in range(m) for b in range(a + 1, m) if work[a] != work[b]]  # a swap of equals changes nothing
+    # a swap of equal microbatches changes nothing
+    pairs = [(a, b) for a in range(m) for b in range(a + 1, m) if work[a] != work[b]]
     if not problem.per_microbatch or start.uses_levers or not pairs:
         return Searched(start, 0, 0, False)
     rng = random.Random(seed)
@@ -119,32 +178,6 @@ def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[
     return warm, searched.tried, searched.kept
 
 
-def _heuristics(problem: Problem, options: SolveOptions, budget: Budget, notes: list[str]) -> tuple[list[Schedule], bool]:
-    """The warm start's candidates found in its share of the time limit, and whether it was cut short."""
-    knobs, T = options.settings.quick, budget.time_limit
-    found: list[Schedule] = [given_warm_start(problem, s) for s in (options.warm_schedule,) if s is not None]
-    cut = False
-    if options.warm_schedule is None:
-        deadline = budget.t0 + knobs.warm_start_share * T
-        tries = None
-        if budget.deterministic:  # as many candidates as the share pays for, whatever the clock says
-            b = budget.knobs
-            ops = problem.num_stages * problem.microbatches * len(problem.kinds)
-            tries = max(1, int(b.deterministic_share * knobs.warm_start_share * T * b.warm_start_ops_per_second
-                               // max(1, ops)))
-        _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, knobs.warm_start_share * T,
-                                                  None if budget.deterministic else deadline, sink=found,
-                                                  max_tries=tries),
-                          lambda: time.monotonic() > budget.deadline - budget.reserve
-                          or (time.monotonic() > deadline and bool(found)))
-    for schedule in options.also_start_from:
-        try:
-            found.append(given_warm_start(problem, schedule))
-        except InputError as exc:
-            notes.append(f"a schedule to start from was left out: {exc}")
-    return found, cut
-
-
 def quick_solve(problem: Problem, options: SolveOptions, budget: Budget) -> SolveResult:
     """The quick path (see the module doc): a checked schedule, or NoSolutionError."""
     T = budget.time_limit
@@ -166,7 +199,7 @@ def quick_solve(problem: Problem, options: SolveOptions, budget: Budget) -> Solv
     if best is None:
         raise NoSolutionError("interrupted before any schedule was found" if interrupted else
                               f"no schedule found within the time limit ({T:g} s)")
-    lower = makespan_lower_bound(problem).value
+    lower = load_bound(problem)
     status = Status.OPTIMAL if best.makespan <= lower + slack(lower) else Status.FEASIBLE
     o = options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,

@@ -14,7 +14,7 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers.api import NoSolutionError, SolveOptions
 from ppsolve.solvers.phases import model_ops, solve
-from ppsolve.solvers.quick import device_orders, model_pays_off, order_search
+from ppsolve.solvers.quick import device_orders, first_answer, model_pays_off, order_search
 from tests.helpers import ROOT, make_problem, one_f_one_b_orders
 
 PER_MICROBATCH = ROOT / "instances" / "per-microbatch" / "example.json"
@@ -77,3 +77,9 @@ def test_no_heuristic_no_schedule():
     problem = make_problem(devices=8, microbatches=32)
     with pytest.raises(NoSolutionError, match="no schedule found within the time limit"):
         solve(problem, SolveOptions(time_limit=0.3, warm_start="none"))
+
+
+def test_first_answer_passes_the_checker():
+    problem = load_problem(PER_MICROBATCH)
+    found = first_answer(problem, [])
+    assert len(found) == 1 and check(found[0]).ok
