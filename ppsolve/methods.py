@@ -48,13 +48,23 @@ def published_methods() -> list[Method]:
 
 
 def get_method(name: str) -> Method:
-    """Look a method up by name, case-insensitively; a miss lists the valid names."""
+    """Look a method up by name, case-insensitively, or a baseline in a microbatch order
+    (``1f1b@longest-first``: :func:`ppsolve.baselines.get_baseline`); a miss lists the valid names."""
     registry = _load()
     try:
         return registry[name.lower()]
     except KeyError:
-        names = ", ".join(m.name for m in registry.values()) or "(none registered)"
-        raise NotApplicableError(f"unknown method {name!r}; known methods: {names}") from None
+        pass
+    from ppsolve import baselines
+    from ppsolve.baselines.microbatch_order import ORDERS, split_name
+
+    parts = split_name(name)
+    base = registry.get(parts[0].lower()) if parts is not None else None
+    if base is not None and base.family == "baseline":
+        return baselines.get_baseline(name)
+    names = ", ".join(m.name for m in registry.values()) or "(none registered)"
+    raise NotApplicableError(f"unknown method {name!r}; known methods: {names} "
+                             f"(a baseline also as NAME@ORDER, orders: {', '.join(ORDERS)})")
 
 
 def run_method(name: str, problem: Problem, options: RunOptions | None = None) -> Schedule:

@@ -33,7 +33,8 @@ def plausibility_warnings(problem, gpu_memory: float | None = None) -> list[str]
     the GPU's memory in the problem's memory unit, when known (the cost model's files record it)."""
     time_unit, memory_unit = problem.units
     out = []
-    largest = max(problem.activation, default=0.0)
+    S = problem.num_stages  # per-microbatch costs: each stage's largest microbatch
+    largest = max((problem.activation.high(s) for s in range(S)), default=0.0)
     caps = [c for c in problem.capacity if c is not None]
     if caps and largest > 0 and max(caps) > MAX_CAPACITY_IN_ACTIVATIONS * largest:
         out.append(f"memory.capacity: {max(caps):g} is more than {MAX_CAPACITY_IN_ACTIVATIONS:g} times the largest "
@@ -43,14 +44,15 @@ def plausibility_warnings(problem, gpu_memory: float | None = None) -> list[str]
     if caps and gpu_memory is not None and max(caps) > gpu_memory:
         out.append(f"memory.capacity: {max(caps):g} {memory_unit} is above the GPU's memory ({gpu_memory:g} "
                    f"{memory_unit})")
-    stage_times = [(problem.forward[s] + problem.backward_input[s] + problem.backward_weight[s], s)
-                   for s in range(problem.num_stages)]
+    stage_times = [(problem.forward.high(s) + problem.backward_input.high(s) + problem.backward_weight.high(s), s)
+                   for s in range(S)]
     busy = [x for x in stage_times if x[0] > 0]
     if busy and max(busy)[0] > MAX_TIME_RATIO * min(busy)[0]:
         (high, a), (low, b) = max(busy), min(busy)
         out.append(f"time: stage {a}'s F + B + W ({high:g}) is {high / low:.0f} times stage {b}'s ({low:g}): are "
                    f"all times in one unit ({time_unit})?")
-    forward, backward = sum(problem.forward), sum(problem.backward_input) + sum(problem.backward_weight)
+    forward = sum(problem.forward.high(s) for s in range(S))
+    backward = sum(problem.backward_input.high(s) + problem.backward_weight.high(s) for s in range(S))
     if forward > 0 and backward > 0 and max(forward / backward, backward / forward) > MAX_TIME_RATIO:
         out.append(f"time: the forwards ({forward:g} in all) and the backwards ({backward:g}) differ "
                    f"{max(forward / backward, backward / forward):.0f} times: are all times in one unit "

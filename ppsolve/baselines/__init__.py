@@ -2,13 +2,16 @@
 
 One module per family; this package lists each method (family "baseline")
 with its requirements, so the CLI, the benchmark and the tests all read one
-list. Every method here is a published schedule except ``greedy`` (ours).
+list. Every method here is a published schedule except ``greedy`` (ours). Each one also runs
+in another microbatch order as ``NAME@ORDER`` (:mod:`ppsolve.baselines.microbatch_order`),
+made on demand by :func:`get_baseline`, not listed.
 """
 
 from __future__ import annotations
 
 from ppsolve.baselines import greedy, interleaved, offload, onef1b, recompute, vshape, zero_bubble
 from ppsolve.baselines.common import Requirement
+from ppsolve.baselines.microbatch_order import ORDERS, ordered_method, split_name
 from ppsolve.errors import NotApplicableError
 from ppsolve.gcpause import without_gc
 from ppsolve.method_types import Method
@@ -74,8 +77,13 @@ METHODS: tuple[Method, ...] = (
 
 
 def get_baseline(name: str) -> Method:
-    """A baseline by name, case-insensitively; a miss lists the baselines (NotApplicableError)."""
+    """A baseline by name, case-insensitively, or ``NAME@ORDER`` (a baseline in a microbatch order of
+    ``ORDERS``); a miss lists the baselines (NotApplicableError)."""
     for method in METHODS:
         if method.name.lower() == name.lower():
             return method
-    raise NotApplicableError(f"unknown baseline {name!r}; baselines: {', '.join(m.name for m in METHODS)}")
+    parts = split_name(name)
+    if parts is not None and any(m.name.lower() == parts[0].lower() for m in METHODS):
+        return ordered_method(get_baseline(parts[0]), parts[1])
+    raise NotApplicableError(f"unknown baseline {name!r}; baselines: {', '.join(m.name for m in METHODS)} "
+                             f"(each also as NAME@ORDER, orders: {', '.join(ORDERS)})")

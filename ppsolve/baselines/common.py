@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ppsolve.bounds import makespan_lower_bound
+from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -86,11 +87,20 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                                   "(--ignore-capacity builds it anyway)")
         extra["capacity_broken"] = True
         extra["capacity_broken_on"] = [d for d, _, _ in over]
-    bound = makespan_lower_bound(problem).value
+    bound = lower_bound(problem)
     if not math.isfinite(bound):  # no schedule fits the cap (--ignore-capacity): the bound without it
-        bound = makespan_lower_bound(problem.replace(capacity=None)).value
+        bound = lower_bound(problem.replace(capacity=None))
     return make_schedule(problem, ops, name, params=params or {}, status="heuristic", lower_bound=bound,
                          seconds=time.perf_counter() - started, **extra)
+
+
+def lower_bound(problem: Problem) -> float:
+    """The makespan lower bound (:func:`ppsolve.bounds.makespan_lower_bound`); where the bounds do not
+    read per-microbatch costs, the busiest device's load (a valid bound, though a weaker one)."""
+    try:
+        return makespan_lower_bound(problem).value
+    except PerMicrobatchError:
+        return max(problem.device_load(d) for d in range(problem.devices))
 
 
 def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, float]]:
@@ -101,11 +111,33 @@ def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, flo
     return [(d, peaks[d], cap) for d, cap in enumerate(problem.capacity) if exceeds(peaks[d], cap)]
 
 
-def memory_deltas(problem: Problem) -> dict[OpKind, list[float]]:
-    """Per kind and stage, how a device's memory changes with an F (at its start), a B and a W (at their ends)."""
-    S = problem.num_stages
-    return {OpKind.F: list(problem.activation), OpKind.B: [-problem.released_by(OpKind.B, s) for s in range(S)],
-            OpKind.W: [-problem.released_by(OpKind.W, s) for s in range(S)]}
+def memory_deltas(problem: Problem) -> dict[OpKind, list[tuple[float, ...]]]:
+    """Per kind, stage and microbatch (``delta[kind][s][j]``), how a device's memory changes with an F
+    (at its start), a B and a W (at their ends)."""
+    S, m = problem.num_stages, problem.microbatches
+
+    def released(kind: OpKind, s: int) -> tuple[float, ...]:
+        if not problem.per_microbatch:  # one value a stage
+            return (-problem.released_by(kind, s, 0),) * m
+        return tuple(-problem.released_by(kind, s, j) for j in range(m))
+
+    return {OpKind.F: [problem.activation.row(s) for s in range(S)],
+            OpKind.B: [released(OpKind.B, s) for s in range(S)], OpKind.W: [released(OpKind.W, s) for s in range(S)]}
+
+
+def largest(grid) -> float:
+    """The largest value of a cost over every stage and microbatch (one number, for a heuristic's limit)."""
+    return max(grid.high(s) for s in range(grid.stages))
+
+
+def most_offload(problem: Problem, stage: int) -> float:
+    """The most of one activation of ``stage`` that may go to host memory, over its microbatches."""
+    return max(problem.max_offload(stage, j) for j in range(problem.microbatches))
+
+
+def smallest(grid) -> float:
+    """The smallest value of a cost over every stage and microbatch."""
+    return min(grid.low(s) for s in range(grid.stages))
 
 
 def memory_text(x: float) -> str:

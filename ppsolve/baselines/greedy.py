@@ -23,14 +23,16 @@ and on small problems the best block of the building-block search within the cap
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from dataclasses import replace
 
-from ppsolve.baselines.common import SMALL_OPS, finish
+from ppsolve.baselines.common import SMALL_OPS, finish, lower_bound, most_offload, smallest
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
-from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.bounds import min_capacity, require_feasible_capacity
+from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -45,12 +47,13 @@ BLOCK_SEARCH_SIZE = 256
 
 
 def estimated_wait(problem: Problem, stage: int) -> float:
-    """Least time between the end of F(stage, j) and the start of B(stage, j): the rest of its round trip."""
-    S = problem.num_stages
+    """Least time between the end of F(stage, j) and the start of B(stage, j), for any j: the rest of its
+    round trip on the shortest microbatch of each later stage."""
+    S, m = problem.num_stages, problem.microbatches
     wait = 0.0
     for u in range(stage + 1, S):
-        lat = problem.latency(u - 1, u)
-        wait += problem.forward[u] + problem.duration(OpKind.B, u) + 2 * lat
+        lat = min(problem.latency(u - 1, u, j) for j in range(m))
+        wait += problem.forward.low(u) + problem.durations[OpKind.B].low(u) + 2 * lat
     return wait
 
 
@@ -60,7 +63,7 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
         return []
     scored = []
     for s in range(problem.num_stages - 1):
-        amount = problem.max_offload(s)
+        amount = most_offload(problem, s)
         if amount <= 0:
             continue
         trip = problem.duration(OpKind.OFFLOAD, s, amount=amount) + problem.duration(OpKind.RELOAD, s, amount=amount)
@@ -72,7 +75,7 @@ def offload_candidates(problem: Problem) -> list[frozenset[int]]:
     if not stages:
         # nothing hides its round trip: still offer the longest-waiting ones for tight caps
         stages = sorted(range(problem.num_stages - 1), key=lambda s: -estimated_wait(problem, s))
-        stages = [s for s in stages if problem.max_offload(s) > 0]
+        stages = [s for s in stages if most_offload(problem, s) > 0]
     out = []
     for size in (max(1, len(stages) // 2), len(stages)):
         chosen = frozenset(stages[:size])
@@ -92,16 +95,17 @@ def published_orders(problem: Problem, caps) -> list[tuple[str, list]]:
         return []
     out = []
     limit = min(c for c in caps if c is not None)
+    least = smallest(problem.activation)
     orders = zbv_orders(problem, limit)
     if orders is not None:
         out.append(("zb-v heuristic within the cap", orders))
     for name, block in (("v-half block", v_half_block), ("v-min block", v_min_block)):
         orders, peak = pattern_orders(problem, block(problem.devices))
-        if peak * min(problem.activation) <= limit + EPS:
+        if peak * least <= limit + EPS:
             out.append((name, orders))
     if problem.devices * max(problem.microbatches, 2 * problem.devices) <= BLOCK_SEARCH_SIZE:
         best = None
-        least = min(problem.activation)  # a stage that holds nothing: no limit in activations (block_rows caps it)
+        # a stage that holds nothing: no limit in activations (block_rows caps it)
         in_flight = 2 * problem.devices if least <= 0 else int(limit / least + EPS)
         for rows in block_rows(problem.devices, problem.microbatches, in_flight):
             makespan, peaks = timing(problem, rows)
@@ -135,13 +139,17 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     """Within the caps; with ``ignore_capacity`` and caps no schedule can keep, within the least that works."""
     started = time.perf_counter()
     try:
-        require_feasible_capacity(problem)
+        with suppress(PerMicrobatchError):  # bounds that read one value per stage: the search judges
+            require_feasible_capacity(problem)
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, problem.capacity)
     except InfeasibleError:
         if not options.ignore_capacity:
             raise
-        least = min_capacity(problem)
-        caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
+        try:
+            least = min_capacity(problem)
+            caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
+        except PerMicrobatchError:  # bounds that read one value per stage: no cap
+            caps = (None,) * problem.devices
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
     if isinstance(policy, str):
         params = {"order": policy}
@@ -160,7 +168,7 @@ def _search(problem: Problem, caps):
     """The fastest candidate within ``caps``: ((makespan, offloaded, orders, amounts, ops, peaks), policy)."""
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
-    target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
+    target = lower_bound(problem) * (1 + 1e-4)  # within 0.01% of the bound: stop
     small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL_OPS  # more candidates
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and small:

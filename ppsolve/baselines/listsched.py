@@ -18,6 +18,7 @@ ops, the most urgent one (the default order; :class:`ListPolicy` can change it):
 In ``unit`` mode it times every F, B, W as 1 (fused B as 2), p2p as 0 and
 counts activations as 1 per stage: this gives the order a published schedule
 defines on uniform costs, which the simulator then times on the real costs.
+In real mode every op has its own microbatch's duration, lags and memory.
 In real mode it may offload the activations of chosen stages right after
 their F and reload them before their B (see :class:`ListPolicy`).
 """
@@ -28,7 +29,8 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from ppsolve.dependencies import dependents_table
+from ppsolve.baselines.common import most_offload
+from ppsolve.dependencies import dependency_table
 from ppsolve.errors import DeadlockError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -98,59 +100,72 @@ class _ListScheduler:
     def __init__(self, problem: Problem, policy: ListPolicy):
         self.p = problem
         self.policy = policy
-        S, D = problem.num_stages, problem.devices
+        S, D, m = problem.num_stages, problem.devices, problem.microbatches
         unit = policy.unit
-        self.S, self.D, self.m = S, D, problem.microbatches
+        self.S, self.D, self.m = S, D, m
         self.dev = list(problem.placement)
+        # per kind (or per stage) and stage, the m values of its microbatches
         if unit:
-            self.dur = {_F: [1.0] * S, _B: [1.0 if problem.split_backward else 2.0] * S, _W: [1.0] * S}
-            self.lat = [0.0] * S
-            self.act = [1.0] * S
-            self.hold = [(problem.weight_hold[s] / problem.activation[s]) if problem.activation[s] > 0 else 0.0
-                         for s in range(S)] if problem.split_backward else [0.0] * S
+            ones, zeros = (1.0,) * m, (0.0,) * m
+            self.dur = {_F: [ones] * S, _B: [ones if problem.split_backward else (2.0,) * m] * S, _W: [ones] * S}
+            self.lat = [zeros] * S
+            self.act = [ones] * S
+            self.hold = [tuple(h / a if a > 0 else 0.0 for h, a in zip(problem.weight_hold.row(s),
+                                                                        problem.activation.row(s)))
+                         for s in range(S)] if problem.split_backward else [zeros] * S
         else:
-            self.dur = {k: [problem.duration(k, s) for s in range(S)] for k in (_F, _B, _W)}
-            self.lat = [problem.latency(s, s + 1) if s + 1 < S else 0.0 for s in range(S)]
-            self.act = list(problem.activation)
-            self.hold = list(problem.weight_hold) if problem.split_backward else [0.0] * S
+            self.dur = {k: [problem.durations[k].row(s) for s in range(S)] for k in (_F, _B, _W)}
+            self.lat = [tuple(problem.latency(s, s + 1, j) if s + 1 < S else 0.0 for j in range(m)) for s in range(S)]
+            self.act = [problem.activation.row(s) for s in range(S)]
+            self.hold = ([problem.weight_hold.row(s) for s in range(S)] if problem.split_backward
+                         else [(0.0,) * m] * S)
         self.split = problem.split_backward
         self.first = [min(st, default=-1) for st in problem.stages_of_device]  # -1: a device without a stage
-        self.rest = [sum(self.act[s] for s in st) - self.act[min(st)] if st else 0.0 for st in problem.stages_of_device]
+        self.rest = [tuple(sum(self.act[s][j] for s in st) - self.act[min(st)][j] for j in range(m)) if st
+                     else (0.0,) * m for st in problem.stages_of_device]
         self.limit = list(policy.limit)
-        # offload: amounts and which B start triggers the reload
-        self.amount = [0.0] * S
+        # offload: amounts and which B start triggers the reload (from the stage's largest amount
+        # and shortest backwards, so that the reload is early for every microbatch)
+        self.amount = [(0.0,) * m] * S
         self.trigger: dict[int, list[int]] = {}
         if not unit and problem.can_offload:
             for s in policy.offload:
-                if s == S - 1 or problem.max_offload(s) <= 0:
+                if s == S - 1 or most_offload(problem, s) <= 0:
                     continue
-                self.amount[s] = problem.max_offload(s) * policy.offload_share
-                back = problem.duration(_REL, s, amount=self.amount[s])
+                self.amount[s] = tuple(problem.max_offload(s, j) * policy.offload_share for j in range(m))
+                back = problem.duration(_REL, s, amount=max(self.amount[s]))
                 t, lead = s + 1, 0.0
                 while True:
-                    lead += self.dur[_B][t] + self.lat[t - 1]
+                    lead += min(self.dur[_B][t]) + min(self.lat[t - 1])
                     if lead >= back or t == S - 1:
                         break
                     t += 1
                 self.trigger.setdefault(t, []).append(s)
-        # what admitting one more microbatch needs on each device: its whole chain, less what
+        # what admitting microbatch j needs on each device: its whole chain, less what
         # the offloads of its earlier stages move out before its later forwards start
         self.need = []
         for st in problem.stages_of_device:
-            held = worst = 0.0
-            for s in st:
-                worst = max(worst, held + self.act[s])
-                held += self.act[s] - self.amount[s]
-            self.need.append(worst)
+            row = []
+            for j in range(m):
+                held = worst = 0.0
+                for s in st:
+                    worst = max(worst, held + self.act[s][j])
+                    held += self.act[s][j] - self.amount[s][j]
+                row.append(worst)
+            self.need.append(row)
 
     def run(self):
         p, S, D, m = self.p, self.S, self.D, self.m
         dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
         need = self.need
         unit = self.policy.unit
-        after = dependents_table(p, p.kinds)  # (kind, stage) -> compute ops that wait for it, with lags
-        for key in [(k, st) for k in p.kinds for st in range(S)]:
-            after.setdefault(key, ())
+        # (kind, stage) -> the compute ops that wait for it, with the lag of each microbatch
+        after: dict[tuple, list] = {(k, st): [] for k in p.kinds for st in range(S)}
+        for (kind, s), deps in dependency_table(p, p.kinds).items():
+            for dep in deps:
+                if dep.kind in p.kinds:
+                    lags = tuple(0.0 if unit else dep.lag_of(p, j) for j in range(m))
+                    after[(dep.kind, dep.stage)].append((kind, s, lags))
         limit, amount, split = self.limit, self.amount, self.split
         lean, late = self.policy.lean, self.policy.late_first
         classes = list(_CLASSES[self.policy.order])
@@ -158,7 +173,8 @@ class _ListScheduler:
             classes.remove(_RFC)
             classes.insert(classes.index(_RB), _RFC)
         new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
-        lean_room = [max((act[s] for s in st if s != min(st)), default=0.0) if st else 0.0 for st in p.stages_of_device]
+        lean_room = [max((max(act[s]) for s in st if s != min(st)), default=0.0) if st else 0.0
+                     for st in p.stages_of_device]
         orders: list[list[Op]] = [[] for _ in range(D)]
         rb = [[] for _ in range(D)]   # ready B: (j, -s), or (-s, j) with late_first
         rfc = [[] for _ in range(D)]  # ready continuation F: (j, s), or (-s, j) with late_first
@@ -183,7 +199,7 @@ class _ListScheduler:
         wait_for_offloads = self.policy.wait_for_offloads
         unusable = [0.0] * D  # without waits: freed by an offload, usable once the next compute op ends
         on_host = [0] * D
-        reserve = [max((amount[s] for s in st), default=0.0) for st in p.stages_of_device]
+        reserve = [max((max(amount[s]) for s in st), default=0.0) for st in p.stages_of_device]
         want_reload: set[tuple[int, int]] = set()
         offloading = bool(self.trigger)
         amounts: dict[tuple[int, int], float] = {}
@@ -224,10 +240,10 @@ class _ListScheduler:
             q = reload_wait[d]
             while q:
                 s, j = q[0]
-                if limit[d] is not None and level[d] + amount[s] > limit[d] + EPS:
+                if limit[d] is not None and level[d] + amount[s][j] > limit[d] + EPS:
                     return
                 q.popleft()
-                level[d] += amount[s]
+                level[d] += amount[s][j]
                 orders[d].append(Op(_REL, s, j))
                 start = max(t, busy[d], off_done[(s, j)])
                 push(start, _XREADY, _REL, s, j)
@@ -244,20 +260,21 @@ class _ListScheduler:
                     if rfc[d]:
                         a, b = rfc[d][0]
                         s = -a if late else b
-                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s] <= limit[d] + EPS:
+                        j = b if late else a
+                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s][j] <= limit[d] + EPS:
                             heapq.heappop(rfc[d])
-                            j, kind = (b if late else a), _F
-                            committed[d] -= act[s]
-                            level[d] += act[s]
+                            kind = _F
+                            committed[d] -= act[s][j]
+                            level[d] += act[s][j]
                             break
                 elif cls == _RFA:
-                    if rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d]) + need[d]
-                                   + unusable[d] + (reserve[d] if on_host[d] and not lean else 0.0)
-                                   <= limit[d] + EPS):
+                    if rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d])
+                                   + need[d][rfa[d][0][0]] + unusable[d]
+                                   + (reserve[d] if on_host[d] and not lean else 0.0) <= limit[d] + EPS):
                         j, s = heapq.heappop(rfa[d])
                         kind = _F
-                        level[d] += act[s]
-                        committed[d] += rest[d]
+                        level[d] += act[s][j]
+                        committed[d] += rest[d][j]
                         break
                 elif rw[d]:
                     s, j = rw[d].popleft()
@@ -270,18 +287,18 @@ class _ListScheduler:
             if kind is _F and last_offload[d] is not None:
                 waits[op] = [last_offload[d]]
                 last_offload[d] = None
-            end = t + dur[kind][s]
+            end = t + dur[kind][s][j]
             run_start[d], busy[d], idle[d] = t, end, False
             push(end, _DONE, kind, s, j)
             if kind is _B and offloading and s in self.trigger:
                 for low in self.trigger[s]:
-                    if amount[low] <= 0:
+                    if amount[low][j] <= 0:
                         continue
                     if (low, j) not in off_done:
                         want_reload.add((low, j))
                         continue
-                    ahead = sum(dur[_B][u] + lat[u - 1] for u in range(low + 1, s + 1))
-                    target = t + ahead - p.duration(_REL, low, amount=amount[low])
+                    ahead = sum(dur[_B][u][j] + lat[u - 1][j] for u in range(low + 1, s + 1))
+                    target = t + ahead - p.duration(_REL, low, amount=amount[low][j])
                     push(max(t, target), _RELREQ, _REL, low, j)
 
         while events or touched:
@@ -301,19 +318,19 @@ class _ListScheduler:
                     touched.add(d)
                     unusable[d] = 0.0
                     for nkind, ns, lag in after[(kind, s)]:  # rules 1-4, from the one dependency table
-                        make_ready(nkind, ns, j, t + (0.0 if unit else lag))
+                        make_ready(nkind, ns, j, t + lag[j])
                     if kind is _F:
-                        if amount[s] > 0:
+                        if amount[s][j] > 0:
                             orders[d].append(Op(_OFF, s, j))
-                            amounts[(s, j)] = amount[s]
+                            amounts[(s, j)] = amount[s][j]
                             b_need[(s, j)] = 2
                             push(t, _XREADY, _OFF, s, j)
                     elif kind is _B:
-                        level[d] -= act[s] - hold[s]
+                        level[d] -= act[s][j] - hold[s][j]
                         if reload_wait[d]:
                             try_reload(d, t)
                     elif kind is _W:
-                        level[d] -= hold[s]
+                        level[d] -= hold[s][j]
                         if reload_wait[d]:
                             try_reload(d, t)
                     else:
@@ -328,17 +345,17 @@ class _ListScheduler:
                     elif run_start[d] < t - EPS and t < busy[d] - EPS:
                         push(busy[d], _XREADY, kind, s, j)
                     else:
-                        end = t + p.duration(kind, s, amount=amount[s])
+                        end = t + p.duration(kind, s, amount=amount[s][j])
                         lane_free[ln] = end
                         push(end, _XDONE, kind, s, j)
                 elif code == _XDONE:
                     if kind is _OFF:
                         off_done[(s, j)] = t
-                        level[d] -= amount[s]
+                        level[d] -= amount[s][j]
                         if wait_for_offloads:
                             last_offload[d] = Op(_OFF, s, j)
                         else:
-                            unusable[d] += amount[s]
+                            unusable[d] += amount[s][j]
                         on_host[d] += 1
                         if (s, j) in want_reload:
                             want_reload.discard((s, j))

@@ -43,11 +43,13 @@ LINEAR_OFFLOAD = Requirement(placements=("linear",), offload=True)
 
 
 def least_group(problem: Problem) -> int:
-    """The reference's least group: ceil(d/2), raised until max(F+B+W) * g covers a chunk's F (or B) sum."""
-    d, v = problem.devices, problem.chunks
-    fbw = max(sum(problem.duration(kind, s) for kind in problem.kinds) for s in range(problem.num_stages))
-    chunk_sum = max(sum(problem.duration(kind, c * d + i) for i in range(d))
-                    for kind in (OpKind.F, OpKind.B) for c in range(v))
+    """The reference's least group: ceil(d/2), raised until max(F+B+W) * g covers a chunk's F (or B) sum
+    (each the largest over microbatches)."""
+    d, v, m = problem.devices, problem.chunks, problem.microbatches
+    fbw = max(sum(problem.duration(kind, s, j) for kind in problem.kinds)
+              for s in range(problem.num_stages) for j in range(m))
+    chunk_sum = max(sum(problem.duration(kind, c * d + i, j) for i in range(d))
+                    for kind in (OpKind.F, OpKind.B) for c in range(v) for j in range(m))
     group = (d + 1) // 2
     while group < d and fbw * group < chunk_sum:
         group += 1

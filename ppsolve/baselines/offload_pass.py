@@ -70,7 +70,7 @@ class _Transfer(NamedTuple):
 def reference_plan(problem: Problem, orders: Sequence[Sequence[Op]], stages: Iterable[int]) -> Plan:
     """PipeOffload's offload pass over compute orders (see the module docstring)."""
     timed = simulate(problem, orders)  # in list order
-    chosen = {s for s in stages if problem.max_offload(s) > 0}
+    chosen = set(stages)
     out, amounts, waits = [], {}, {}
     first = 0
     for device, order in enumerate(orders):
@@ -79,15 +79,15 @@ def reference_plan(problem: Problem, orders: Sequence[Sequence[Op]], stages: Ite
         transfers = _plan_device(problem, device, order, mine, chosen)
         for t in transfers:
             if t.op.kind is _OFF:
-                amounts[(t.op.stage, t.op.microbatch)] = problem.max_offload(t.op.stage)
+                amounts[(t.op.stage, t.op.microbatch)] = problem.max_offload(t.op.stage, t.op.microbatch)
         actions, device_waits = _insert(order, mine, transfers)
         out.append(actions)
         waits.update(device_waits)
     return Plan(out, amounts, waits, "reference")
 
 
-def _round_trip(problem: Problem, stage: int) -> tuple[float, float]:
-    amount = problem.max_offload(stage)
+def _round_trip(problem: Problem, stage: int, microbatch: int) -> tuple[float, float]:
+    amount = problem.max_offload(stage, microbatch)
     return problem.duration(_OFF, stage, amount=amount), problem.duration(_REL, stage, amount=amount)
 
 
@@ -99,16 +99,16 @@ def _next_slot(now: float, at_least: float, slot: float) -> float:
 def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: Sequence[ScheduledOp],
                  chosen: set[int]) -> list[_Transfer]:
     """``timed``: the device's ops as timed without offload, in ``order``'s order."""
-    f_end, b_timed = {}, {}  # of the chosen stages, by (stage, microbatch), F's in order
+    f_end, b_timed = {}, {}  # of the chosen stages (what they may offload > 0), by (stage, microbatch), F's in order
     for op, t in zip(order, timed):
-        if op.stage in chosen:
+        if op.stage in chosen and problem.max_offload(op.stage, op.microbatch) > 0:
             if op.kind is _F:
                 f_end[(op.stage, op.microbatch)] = t.end
             elif op.kind is _B:
                 b_timed[(op.stage, op.microbatch)] = t
     if not f_end:
         return []
-    trips = {s: _round_trip(problem, s) for s in {s for s, _ in f_end}}
+    trips = {key: _round_trip(problem, *key) for key in f_end}
     d2h = max(down for down, _ in trips.values())
     slot = max(down + up for down, up in trips.values())
     if slot <= 0:
@@ -126,7 +126,7 @@ def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: Sequ
         if room[key] - end <= 3 * slot:
             continue  # too short a stay on host: the activation stays on the device
         now = _next_slot(now, end, slot)
-        sends[key] = _Transfer(Op(_OFF, *key), now, now + trips[key[0]][0])
+        sends[key] = _Transfer(Op(_OFF, *key), now, now + trips[key][0])
         now += slot
     now = _next_slot(now, max(t.end for t in timed), slot)
     receives = []
@@ -134,7 +134,7 @@ def _plan_device(problem: Problem, device: int, order: Sequence[Op], timed: Sequ
     for key in reversed(backwards):  # from the end backwards, the last free slot ending by its room
         if now > room[key]:
             now -= math.ceil((now - room[key]) / slot - 1e-12) * slot
-        up = trips[key[0]][1]
+        up = trips[key][1]
         if now - up <= sends[key].end:
             del sends[key]  # the reference stops here with an error; the activation stays on the device
             continue
@@ -200,19 +200,18 @@ def _offload_all(problem: Problem, orders: Sequence[Sequence[Op]], stages: Itera
     compute ops before its B."""
     last = problem.num_stages - 1
     chosen = set(range(last) if stages is None else stages) - {last}
-    chosen = {s for s in chosen if problem.max_offload(s) > 0}
     out, amounts = [], {}
     for order in orders:
         reload_at: dict[int, list[Op]] = {}
         for k, op in enumerate(order):
-            if op.kind is _B and op.stage in chosen:
+            if op.kind is _B and op.stage in chosen and problem.max_offload(op.stage, op.microbatch) > 0:
                 reload_at.setdefault(max(0, k - reload_lead), []).append(Op(_REL, op.stage, op.microbatch))
         actions: list[Op] = []
         for k, op in enumerate(order):
             actions += reload_at.get(k, ())
             actions.append(op)
-            if op.kind is _F and op.stage in chosen:
-                amounts[(op.stage, op.microbatch)] = problem.max_offload(op.stage)
+            if op.kind is _F and op.stage in chosen and problem.max_offload(op.stage, op.microbatch) > 0:
+                amounts[(op.stage, op.microbatch)] = problem.max_offload(op.stage, op.microbatch)
                 actions.append(Op(_OFF, op.stage, op.microbatch))
         out.append(actions)
     return Plan(out, amounts, {}, "")

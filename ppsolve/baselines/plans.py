@@ -31,11 +31,11 @@ def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
         for s in range(S):
             device = problem.placement[s]
             orders[device].append(Op(OpKind.F, s, j))
-            if offload and problem.max_offload(s) > 0:
+            if offload and problem.max_offload(s, j) > 0:
                 orders[device].append(Op(OpKind.OFFLOAD, s, j))
         for s in reversed(range(S)):
             device = problem.placement[s]
-            if offload and problem.max_offload(s) > 0:
+            if offload and problem.max_offload(s, j) > 0:
                 orders[device].append(Op(OpKind.RELOAD, s, j))
             orders[device].append(Op(OpKind.B, s, j))
             if problem.split_backward:
@@ -66,10 +66,11 @@ def limited_1f1b_orders(problem: Problem, k: int, defer_w: bool = False) -> list
 
 def fitting_k(problem: Problem) -> int:
     """The most microbatches in flight (1F1B limited to k, linear placement) whose activations fit
-    every capacity without offload: device i holds min(k, d - i) of them (weight holds aside)."""
+    every capacity without offload: device i holds min(k, d - i) of them (weight holds aside; the
+    largest activation of its stage when microbatches differ)."""
     d = problem.devices
     for k in range(d, 1, -1):
-        if all(c is None or min(k, d - i) * problem.activation[i] <= c + 1e-12
+        if all(c is None or min(k, d - i) * problem.activation.high(i) <= c + 1e-12
                for i, c in enumerate(problem.capacity)):
             return k
     return 1
@@ -95,7 +96,7 @@ def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: s
         compute = [op for op in order if op.kind.is_compute]
         reload_before: dict[int, list[Op]] = {}
         for index, op in enumerate(compute):
-            if op.kind is OpKind.B and problem.max_offload(op.stage) > 0:
+            if op.kind is OpKind.B and problem.max_offload(op.stage, op.microbatch) > 0:
                 at = index
                 moved = 0
                 while moved < lead and at > 0 and compute[at - 1].kind is not OpKind.F:
@@ -106,7 +107,7 @@ def with_offload(problem: Problem, orders: list[list[Op]], lead: int, devices: s
         for index, op in enumerate(compute):
             new += reload_before.get(index, [])
             new.append(op)
-            if op.kind is OpKind.F and problem.max_offload(op.stage) > 0:
+            if op.kind is OpKind.F and problem.max_offload(op.stage, op.microbatch) > 0:
                 new.append(Op(OpKind.OFFLOAD, op.stage, op.microbatch))
         out.append(new)
     return out
@@ -140,7 +141,7 @@ def offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
             continue
         over = {d for d in range(problem.devices)
                 if problem.capacity[d] is not None
-                and min(k, problem.devices - d) * problem.activation[d] > problem.capacity[d] + 1e-12}
+                and min(k, problem.devices - d) * problem.activation.high(d) > problem.capacity[d] + 1e-12}
         if not over:
             continue
         for defer in ((False, True) if problem.split_backward else (False,)):

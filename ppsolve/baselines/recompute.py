@@ -11,9 +11,10 @@
   layers; the problem fixes the partition and recomputes whole stage activations, so here
   a stage is recomputed wholly or not at all. The rule: while a device exceeds its cap,
   recompute every microbatch of one more of its stages, the one with the least recompute
-  time per memory saved (``recompute.time[s] / recompute_saving(s)``; ties: the larger
-  saving, then the lower stage), and time the plan again. On the linear placement
-  that recomputes exactly the stages of the devices over the cap, the fewest that fit.
+  time per memory saved (``recompute.time[s] / recompute_saving(s)``, their means over the
+  microbatches when these differ; ties: the larger saving, then the lower stage), and time the
+  plan again. On the linear placement that recomputes exactly the stages of the devices over
+  the cap, the fewest that fit.
   When every stage of a device over its cap is recomputed and it still does not fit, the
   method refuses with what that device needs.
 
@@ -67,10 +68,23 @@ build_1f1b_recompute = _full("1f1b-recompute", onef1b_orders)
 build_interleaved_recompute = _full("interleaved-1f1b-recompute", interleaved_plain)
 
 
+def stage_saving(problem: Problem, stage: int) -> float:
+    """What recomputing one activation of ``stage`` saves: the same for every microbatch, or, when
+    microbatches differ, their mean."""
+    if not problem.per_microbatch:
+        return problem.recompute_saving(stage, 0)
+    return sum(problem.recompute_saving(stage, j) for j in range(problem.microbatches)) / problem.microbatches
+
+
 def recompute_ratio(problem: Problem, stage: int) -> float:
-    """Recompute time per memory saved of one activation of ``stage`` (inf when it saves nothing)."""
-    saving = problem.recompute_saving(stage)
-    return problem.duration(OpKind.R, stage) / saving if saving > 0 else math.inf
+    """Recompute time per memory saved of ``stage``'s activations, over all its microbatches (inf when
+    they save nothing)."""
+    saving = stage_saving(problem, stage)
+    if saving <= 0:
+        return math.inf
+    if not problem.per_microbatch:
+        return problem.duration(OpKind.R, stage, 0) / saving
+    return problem.durations[OpKind.R].total(stage) / problem.microbatches / saving
 
 
 def adapipe_stages(problem: Problem, orders: Orders) -> tuple[list[int], list[ScheduledOp]]:
@@ -82,9 +96,9 @@ def adapipe_stages(problem: Problem, orders: Orders) -> tuple[list[int], list[Sc
         ops = simulate(problem, with_recompute(orders, stage_pairs(problem, chosen)))
         more = []
         for device, _, _ in over_capacity(problem, ops):
-            left = [s for s in problem.stages_of_device[device] if s not in chosen and problem.recompute_saving(s) > 0]
+            left = [s for s in problem.stages_of_device[device] if s not in chosen and stage_saving(problem, s) > 0]
             if left:
-                more.append(min(left, key=lambda s: (recompute_ratio(problem, s), -problem.recompute_saving(s), s)))
+                more.append(min(left, key=lambda s: (recompute_ratio(problem, s), -stage_saving(problem, s), s)))
         if not more:
             return chosen, ops
         chosen += sorted(more)
@@ -165,10 +179,10 @@ def _held(problem: Problem, ops: Sequence[ScheduledOp], device: int, excluded: s
     out = []
     for at, op in enumerate(compute):
         pair = (op.stage, op.microbatch)
-        if op.kind is OpKind.B and pair not in excluded and problem.recompute_saving(op.stage) > 0:
+        if op.kind is OpKind.B and pair not in excluded and problem.recompute_saving(*pair) > 0:
             until = compute[at - 1].end if at > 0 else op.start
             if until > forward_start[pair]:
-                hidden = min(op.start - until, problem.duration(OpKind.R, op.stage))
+                hidden = min(op.start - until, problem.duration(OpKind.R, *pair))
                 out.append(Held(forward_start[pair], until, op.stage, op.microbatch, hidden))
     return out
 
@@ -188,10 +202,11 @@ def _picks(problem: Problem, ops: Sequence[ScheduledOp], curve: list[tuple[float
             waiting.append(held[nxt])
             nxt += 1
         waiting = [h for h in waiting if h.until > t]
-        excess = level - cap - sum(problem.recompute_saving(h.stage) for h in picks if h.start <= t < h.until)
+        excess = level - cap - sum(problem.recompute_saving(h.stage, h.microbatch) for h in picks
+                                   if h.start <= t < h.until)
         while excess > EPS and waiting:
             first = max(waiting, key=key)
             waiting.remove(first)
             picks.append(first)
-            excess -= problem.recompute_saving(first.stage)
+            excess -= problem.recompute_saving(first.stage, first.microbatch)
     return [(h.stage, h.microbatch) for h in picks]

@@ -447,8 +447,8 @@ def timing(problem: Problem, rows: list[list[str]]) -> tuple[float, list[float]]
             if c == " ":
                 continue
             kind, s = ops[i][c]
+            level[i] += delta[kind][s][placer.placed(kind, s)]
             placer.put(kind, s)
-            level[i] += delta[kind][s]
             peak[i] = max(peak[i], level[i])
     return max(placer.free), peak
 

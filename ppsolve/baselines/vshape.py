@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from ppsolve.baselines.common import Requirement, finish
+from ppsolve.baselines.common import Requirement, finish, largest
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
@@ -36,7 +36,7 @@ VSHAPE = Requirement(placements=("vshape",))
 def build_zb_v(problem: Problem, options: RunOptions) -> Schedule:
     """The ZB-V heuristic on the real costs, every device within 2d stage activations."""
     started = time.perf_counter()
-    limit = 2 * problem.devices * max(problem.activation)
+    limit = 2 * problem.devices * largest(problem.activation)
     orders = zbv_orders(problem, limit)
     if orders is None:  # more than two chunks per device: the list scheduler's order on unit costs
         orders = budget_orders(problem, problem.devices)

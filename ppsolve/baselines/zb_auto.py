@@ -4,7 +4,7 @@ This follows the heuristic of the zero-bubble paper's reference implementation
 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024), written anew. Every
 device keeps within one memory limit (d microbatches' activations for ZB-H1,
 2d for ZB-H2). Orders are built microbatch by microbatch on the real costs and
-p2p latency, timing each op as it is placed:
+p2p latency, timing each op as it is placed (each microbatch on its own costs):
 
 * warm-up: microbatch 0 runs forward through every stage; each stage then takes
   as many extra forwards as fit in memory and in the time before microbatch 0's
@@ -62,9 +62,9 @@ class _Builder:
     def __init__(self, problem: Problem, limit: float, variant: ZbVariant, give_up: float = float("inf")):
         S = problem.num_stages
         self.S, self.m, self.variant, self.limit, self.give_up = S, problem.microbatches, variant, limit, give_up
-        self.cost = {kind: [problem.duration(kind, s) for s in range(S)] for kind in (_F, _B, _W)}
+        self.cost = {kind: [problem.durations[kind].row(s) for s in range(S)] for kind in (_F, _B, _W)}
         self.delta = memory_deltas(problem)
-        self.comm = problem.p2p  # the heuristic's own estimates of when a backward comes back
+        self.comm = max(problem.p2p_times)  # the heuristic's own estimates of when a backward comes back
         self.placer = Placer(problem)
         self.count = {kind: [0] * S for kind in (_F, _B, _W)}
         self.mem = [0.0] * S
@@ -77,7 +77,7 @@ class _Builder:
     def put(self, s: int, kind: OpKind) -> None:
         count = self.count[kind]
         j = count[s]
-        free = self.end[s] + self.cost[kind][s]
+        free = self.end[s] + self.cost[kind][s][j]
         finish = self.placer.put(kind, s)
         if finish > free and self.count[_F][s] > 0:
             bubble = self.bubble[s] = self.bubble[s] + (finish - free)
@@ -85,22 +85,26 @@ class _Builder:
                 self.max_bubble = bubble
         if finish > self.give_up:
             raise _Slower
-        self.mem[s] += self.delta[kind][s]
+        self.mem[s] += self.delta[kind][s][j]
         count[s] = j + 1
         self.orders[s].append((kind, j))
 
     def pending_w(self, s: int) -> bool:
         return self.count[_W][s] < self.count[_B][s]
 
+    def next_of(self, table: dict, kind: OpKind, s: int) -> float:
+        """``table``'s value (cost or memory delta) for the next microbatch of (kind, s)."""
+        return table[kind][s][self.count[kind][s]]
+
     def make_room(self, s: int, kind: OpKind) -> None:
-        while self.mem[s] + self.delta[kind][s] > self.limit + EPS:
+        while self.mem[s] + self.next_of(self.delta, kind, s) > self.limit + EPS:
             if not self.pending_w(s):
                 raise _MemoryError
             self.put(s, _W)
 
     def fill_wait(self, s: int, arrival: float) -> None:
         """W's that fit before the input arrives; one more if the wait is long or greedy filling is on."""
-        while self.pending_w(s) and self.end[s] + self.cost[_W][s] <= arrival:
+        while self.pending_w(s) and self.end[s] + self.next_of(self.cost, _W, s) <= arrival:
             self.put(s, _W)
         if self.pending_w(s) and self.end[s] < arrival:
             if arrival - self.end[s] > self.max_bubble - self.bubble[s]:
@@ -115,19 +119,19 @@ class _Builder:
         for s in range(S):
             self.put(s, _F)
         extra = [0] * S
-        back = self.placer.ends[(_F, S - 1)][0] + cB[S - 1]  # when microbatch 0's backward leaves the stage after
+        back = self.placer.ends[(_F, S - 1)][0] + cB[S - 1][0]  # when microbatch 0's backward leaves the stage after
         for s in range(S - 2, -1, -1):
             mem, t = self.mem[s], self.end[s]
-            while self.count[_F][s] + extra[s] < m and mem + self.delta[_F][s] <= self.limit + EPS:
-                overrun, late = t + cF[s] > back + self.comm, t >= back + self.comm
+            while (j := self.count[_F][s] + extra[s]) < m and mem + self.delta[_F][s][j] <= self.limit + EPS:
+                overrun, late = t + cF[s][j] > back + self.comm, t >= back + self.comm
                 if overrun != late:
                     self.mattered.add("bubble_before_first_b")
                 if overrun if self.variant.bubble_before_first_b else late:
                     break
-                mem += self.delta[_F][s]
-                t += cF[s]
+                mem += self.delta[_F][s][j]
+                t += cF[s][j]
                 extra[s] += 1
-            back = max(t, back + self.comm) + cB[s]
+            back = max(t, back + self.comm) + cB[s][0]
         for s in range(1, S):  # later stages take strictly fewer (at most as many once all m are in)
             while 0 < extra[s] >= extra[s - 1] and self.count[_F][s] + extra[s] < m:
                 extra[s] -= 1
@@ -151,15 +155,15 @@ class _Builder:
     def _lets_backward_through(self, s: int) -> bool:
         """Whether a stage far ahead of the next one should skip its forward (prioritize_b)."""
         nxt = s + 1
-        next_done = self.end[nxt] + self.cost[_F][nxt] + self.cost[_B][nxt] + self.comm
+        next_done = self.end[nxt] + self.next_of(self.cost, _F, nxt) + self.next_of(self.cost, _B, nxt) + self.comm
         if self.end[s] >= next_done:
             return True
-        mem, w_cost, w = self.mem[s] + self.delta[_F][s], 0.0, self.count[_W][s]
+        mem, w_cost, w = self.mem[s] + self.next_of(self.delta, _F, s), 0.0, self.count[_W][s]
         while mem > self.limit + EPS and w < self.count[_B][s]:
-            w_cost += self.cost[_W][s]
-            mem += self.delta[_W][s]
+            w_cost += self.cost[_W][s][w]
+            mem += self.delta[_W][s][w]
             w += 1
-        if self.end[s] + self.cost[_F][s] + w_cost <= next_done:
+        if self.end[s] + self.next_of(self.cost, _F, s) + w_cost <= next_done:
             return False
         return next_done - self.end[s] <= self.max_bubble - self.bubble[s]
 

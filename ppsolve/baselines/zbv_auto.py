@@ -4,7 +4,7 @@ This follows the ZB-V heuristic of the zero-bubble reference implementation
 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024), written anew, on the
 real costs and p2p latency. Device i holds stage i (chunk 0) and stage
 2d-1-i (chunk 1); every device keeps within one memory limit (2d stage
-activations for ZB-V). Ops are timed as they are placed:
+activations for ZB-V). Ops are timed as they are placed, each microbatch on its own costs:
 
 * warm-up: microbatch 0 runs forward through chunk 0; going back up from the
   last device, each device adds chunk-0 forwards (on it and every device
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ppsolve.baselines.common import SMALL_OPS, memory_deltas
+from ppsolve.baselines.common import SMALL_OPS, largest, memory_deltas
 from ppsolve.baselines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
@@ -75,12 +75,11 @@ class _Builder:
         self.max_approved = max(self.approved)
         # stage of (kind, lane) on device i
         self.stage = [{_F: (i, 2 * d - 1 - i), _B: (2 * d - 1 - i, i), _W: (2 * d - 1 - i, i)} for i in range(d)]
-        self.cost = {kind: [problem.duration(kind, s) for s in range(2 * d)] for kind in (_F, _B, _W)}
+        self.cost = {kind: [problem.durations[kind].row(s) for s in range(2 * d)] for kind in (_F, _B, _W)}
         self.delta = memory_deltas(problem)
         self.placer = Placer(problem)
-        self.b_change = [self.delta[_B][self.stage[i][_B][0]] for i in range(d)]  # of a B of lane 0 on device i
-        self.f_room = max(problem.activation)
-        self.comm = problem.p2p  # the heuristic's own estimates of when an input arrives
+        self.f_room = largest(problem.activation)
+        self.comm = max(problem.p2p_times)  # the heuristic's own estimates of when an input arrives
         self.count = [{kind: [0, 0] for kind in (_F, _B, _W)} for _ in range(d)]
         self.mem = [0.0] * d
         self.cur = self.placer.free
@@ -100,6 +99,12 @@ class _Builder:
     def placed(self, i: int, kind: OpKind, lane: int, j: int) -> float | None:
         return _at(self.ends(i, kind, lane), j)
 
+    def next_of(self, table: dict, i: int, kind: OpKind, lane: int) -> float:
+        """``table``'s value (cost or memory delta) for the next microbatch of (kind, lane) on device i
+        (the last microbatch's once all are placed)."""
+        j = min(self.count[i][kind][lane], self.m - 1)
+        return table[kind][self.stage[i][kind][lane]][j]
+
     def max_bubble(self, i: int) -> float:
         return max(self.most_bubble, self.max_approved - self.approved[i])
 
@@ -109,7 +114,7 @@ class _Builder:
         if j >= self.m:
             raise _Stuck
         s = self.stage[i][kind][lane]
-        free = self.cur[i] + self.cost[kind][s]
+        free = self.cur[i] + self.cost[kind][s][j]
         finish = self.placer.put(kind, s)
         if finish is None:  # an input is not there yet
             raise _Stuck
@@ -121,7 +126,7 @@ class _Builder:
                 self.most_bubble = bubble
         if finish > self.give_up:
             raise _Stuck
-        mem = self.mem[i] = self.mem[i] + self.delta[kind][s]
+        mem = self.mem[i] = self.mem[i] + self.delta[kind][s][j]
         if mem > self.limit:
             raise _Stuck
         counts[kind][lane] = j + 1
@@ -139,10 +144,10 @@ class _Builder:
         return self.next_w[i] < len(self.pending[i])
 
     def fits(self, i: int, kind: OpKind, lane: int) -> bool:
-        return self.mem[i] + self.delta[kind][self.stage[i][kind][lane]] <= self.limit
+        return self.mem[i] + self.next_of(self.delta, i, kind, lane) <= self.limit
 
     def room_for(self, i: int, kind: OpKind, lane: int) -> None:
-        change, mem, limit = self.delta[kind][self.stage[i][kind][lane]], self.mem, self.limit
+        change, mem, limit = self.next_of(self.delta, i, kind, lane), self.mem, self.limit
         while mem[i] + change > limit:
             self.put_w(i)
 
@@ -152,8 +157,11 @@ class _Builder:
             return
         arrival += self.comm
         pending, next_w, cur = self.pending[i], self.next_w, self.cur
-        w_cost, w_stage = self.cost[_W], self.stage[i][_W]
-        while next_w[i] < len(pending) and arrival >= cur[i] + w_cost[w_stage[pending[next_w[i]]]]:
+        w_cost, w_stage, w_count = self.cost[_W], self.stage[i][_W], self.count[i][_W]
+        while next_w[i] < len(pending):
+            lane = pending[next_w[i]]  # the next W's lane; its microbatch is that lane's W count
+            if arrival < cur[i] + w_cost[w_stage[lane]][w_count[lane]]:
+                break
             self.put_w(i)
         if next_w[i] < len(pending):
             wait, most, bubble = arrival - cur[i], self.most_bubble, self.bubble[i]
@@ -186,7 +194,8 @@ class _Builder:
             if i < d - 1:
                 arrival = self.placed(i + 1, _F, 1, 0) + self.comm
                 while (self.mem[i] + self.f_room * (2 + 2 * i) <= self.limit
-                       and self.cur[i] + self.cost[_F][i] <= arrival and self.count[i][_F][0] < m - i):
+                       and self.cur[i] + self.next_of(self.cost, i, _F, 0) <= arrival
+                       and self.count[i][_F][0] < m - i):
                     for j in range(i + 1):
                         self.put(_F, 0, j)
             self.put(_F, 1, i)
@@ -208,8 +217,8 @@ class _Builder:
 
     def steady(self) -> None:
         d, m, count, ends, mem, limit = self.d, self.m, self.count, self.ends, self.mem, self.limit
-        for i, change in enumerate(self.b_change):  # room for a B of lane 0 (a B frees memory: rarely needed)
-            if mem[i] + change > limit:
+        for i in range(d):  # room for a B of lane 0 (a B frees memory: rarely needed)
+            if mem[i] + self.next_of(self.delta, i, _B, 0) > limit:
                 self.room_for(i, _B, 0)
         first, second = [], []
         for i in range(d):

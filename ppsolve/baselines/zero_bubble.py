@@ -3,14 +3,15 @@
 Both come from the zero-bubble heuristic (:mod:`ppsolve.baselines.zb_auto`) on
 the real costs and p2p latency. They differ only in the memory limit every
 device keeps within, as in the reference implementation: the activations of d
-microbatches for ZB-H1 (the busiest device of 1F1B), of 2d for ZB-H2.
+microbatches for ZB-H1 (the busiest device of 1F1B), of 2d for ZB-H2 (of the
+largest activation, when microbatches differ).
 """
 
 from __future__ import annotations
 
 import time
 
-from ppsolve.baselines.common import Requirement, finish, with_w_deferred
+from ppsolve.baselines.common import Requirement, finish, largest, with_w_deferred
 from ppsolve.baselines.onef1b import onef1b_forward_backward
 from ppsolve.baselines.zb_auto import zb_auto_orders
 from ppsolve.errors import InfeasibleError
@@ -26,7 +27,7 @@ def _build(name: str, microbatches) -> callable:
     def build(problem: Problem, options: RunOptions) -> Schedule:
         started = time.perf_counter()
         n = microbatches(problem.devices)
-        limit = n * max(problem.activation)
+        limit = n * largest(problem.activation)
         try:
             orders = zb_auto_orders(problem, limit)
         except ValueError as err:

@@ -32,6 +32,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--capacity", type=float, help="activation memory cap per device, GiB (default none)")
     parser.add_argument("--partition", default="even", metavar="even|LAYOUT",
                         help="blocks per stage: even (default), '1,3' or 'Et*1|t*3L'; recorded in the file")
+    parser.add_argument("--microbatch-tokens", metavar="N,N,...",
+                        help="the real tokens of each microbatch (one count per microbatch, at most the model's "
+                             "sequence): costs per microbatch, recorded as x-microbatch-tokens")
+    parser.add_argument("--token-budget", type=int, metavar="N",
+                        help="with --microbatch-tokens: pad every microbatch to N tokens (one shape, as --runtime "
+                             "torch needs): times of the real tokens, memory of the padded shape")
     parser.add_argument("--lengths", metavar="T1,T2[,T3]",
                         help="also measure the stages at these tokens per microbatch (one document each) and "
                              "print how far the cost model's scaling is from it; recorded under x-scaling")
@@ -72,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
     refuse_too_big(spec)
     stages = args.devices * args.chunks
     partition = None if args.partition == "even" else parse_partition(args.partition, spec.layers, stages)
+    tokens = _microbatch_tokens(args, spec)
     device = select_device(args.device, 1)
     problem = profile(spec, args.devices, args.chunks, args.placement, args.microbatches,
                       split=args.backward == "split", offload=args.offload, p2p=args.p2p, capacity=args.capacity,
-                      repeats=args.repeats, device=device, partition=partition, recompute=args.recompute)
+                      repeats=args.repeats, device=device, partition=partition, recompute=args.recompute,
+                      lengths=tokens)
     data = problem.to_dict()
     if args.lengths is not None:
         from ppsolve.costmodel.descriptions import load_transformer, shrink
@@ -89,11 +97,15 @@ def run(args: argparse.Namespace) -> int:
         data["x-scaling"] = scaling.to_dict()
     write_json_atomic(args.output, data)
     warn(problem)
-    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-    gib = lambda xs: " ".join(f"{x:.3g}" for x in xs)  # noqa: E731
+    per = lambda grid: _row(grid, "{:.3f}")  # noqa: E731
+    gib = lambda grid: _row(grid, "{:.3g}")  # noqa: E731
     where = "" if device == "cpu" else f", measured on {device}"
     print(f"profiled {spec.name}: {problem.num_stages} stages on {problem.devices} devices ({args.placement}){where}")
     print(f"  partition:          {problem.annotations['x-partition']['layout']}")
+    if tokens is not None:
+        padded = "" if tokens.budget is None else f", padded to {tokens.budget}"
+        print(f"  microbatch tokens:  {' '.join(map(str, tokens.tokens))}{padded} (per stage below: least-most "
+              "over microbatches)")
     print(f"  forward ms:         {per(problem.forward)}")
     print(f"  backward_input ms:  {per(problem.backward_input)}")
     print(f"  backward_weight ms: {per(problem.backward_weight)}")
@@ -111,3 +123,29 @@ def run(args: argparse.Namespace) -> int:
         print(render_scaling(scaling))
     print(f"wrote {args.output}")
     return 0
+
+
+def _microbatch_tokens(args, spec):
+    """``--microbatch-tokens`` and ``--token-budget`` as :class:`ppsolve.executor.tokens.Lengths` (or None)."""
+    from ppsolve.errors import InputError
+    from ppsolve.executor.tokens import BUDGET, TOKENS, lengths_of
+
+    if args.microbatch_tokens is None and args.token_budget is None:
+        return None
+    try:
+        tokens = None if args.microbatch_tokens is None else [int(t) for t in args.microbatch_tokens.split(",")]
+    except ValueError:
+        raise InputError("--microbatch-tokens", f"must be integers separated by commas, got "
+                                                f"{args.microbatch_tokens!r}") from None
+    annotations = {k: v for k, v in ((TOKENS, tokens), (BUDGET, args.token_budget)) if v is not None}
+    sequence = spec.dims["sequence"] if spec.kind == "transformer" else None
+    return lengths_of(annotations, args.microbatches, sequence, ("--microbatch-tokens", "--token-budget"))
+
+
+def _row(grid, form: str) -> str:
+    """A cost's value per stage, or its least-most over microbatches where they differ."""
+    cells = []
+    for s in range(grid.stages):
+        low, high = grid.low(s), grid.high(s)
+        cells.append(form.format(low) if low == high else f"{form.format(low)}-{form.format(high)}")
+    return " ".join(cells)

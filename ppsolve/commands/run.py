@@ -4,6 +4,8 @@ One process per device (gloo on CPU, NCCL on CUDA, ``--device``); under ``torchr
 this process is one rank.
 Prints per rank the measured activation peak beside the predicted one and the
 median wall time of each op kind (R included), and what each recomputed forward kept;
+for a problem profiled here, each (stage, microbatch)'s activation bytes beside the
+problem's (microbatches of different lengths: ``x-microbatch-tokens``);
 ``--check`` compares the loss and every gradient with a single-process run;
 ``--trace`` writes the measured ops as a Chrome trace.
 """
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ppsolve.executor.api import TOLERANCE, execute
     from ppsolve.executor.launch import ExecutionError
-    from ppsolve.executor.report import chrome_trace, render, stage_bytes
+    from ppsolve.executor.report import chrome_trace, keep_by_microbatch, render
     outcome = execute(schedule, model, steps=args.steps, check=args.check, runtime=args.runtime,
                       timeout_s=args.timeout, micro_batch_size=args.micro_batch_size, device=args.device)
     if outcome.results is None:
@@ -95,14 +97,17 @@ def run(args: argparse.Namespace) -> int:
           f"with the {args.runtime} runtime{where}, {args.steps} step(s); loss {outcome.loss:.6f}")
     if outcome.figures:
         print(render(outcome.figures))
+    if outcome.activations is not None:
+        print(outcome.activations.render())
     if args.runtime == "torch":
         print("executed: every rank ran exactly its row of the exported compute_comms CSV"
               + (" with the side file's offloads and recomputes where the plan puts them"
                  if schedule.recomputed or schedule.offloaded else ""))
     if schedule.recomputed:
-        kept = stage_bytes(outcome.results, "keep_bytes")
+        kept = keep_by_microbatch(schedule, outcome.results)
+        size = lambda k: f"{min(x for x in k if x)}-{max(k)}" if isinstance(k, list) else str(k)  # noqa: E731
         print(f"recompute: {schedule.recomputed} R ops ({schedule.describe_recompute()}); each recomputed "
-              "forward kept until its R: " + ", ".join(f"stage {s} {kept[s]} B" for s in sorted(kept)))
+              "forward kept until its R: " + ", ".join(f"stage {s} {size(kept[s])} B" for s in sorted(kept)))
     warmups = [r.warmup_span for r in outcome.results if r.warmup_span is not None]
     if warmups:
         print(f"warm-up step (excluded from the figures above): span {max(warmups) * 1e3:.3f} ms measured")

@@ -17,10 +17,11 @@ from ppsolve.checker import check
 from ppsolve.errors import InputError
 from ppsolve.executor.device import select_device
 from ppsolve.executor.launch import in_torchrun, launch, local_ranks, run_in_torchrun
-from ppsolve.executor.report import RankFigures, figures
+from ppsolve.executor.report import ActivationComparison, RankFigures, activation_comparison, figures
 from ppsolve.executor.reference import Comparison, compare, reference_run
 from ppsolve.executor.runtime import Job
 from ppsolve.executor.spec import ModelSpec, load_model_spec
+from ppsolve.executor.tokens import microbatch_lengths
 from ppsolve.schedule import Schedule
 
 TOLERANCE = 1e-5
@@ -33,6 +34,7 @@ class Outcome:
     results: list | None  # per-rank RankResult on the reporting process, None on other torchrun ranks
     figures: list[RankFigures] | None = None
     comparison: Comparison | None = None
+    activations: ActivationComparison | None = None  # per (stage, microbatch), for a problem profiled here
 
     @property
     def loss(self) -> float:
@@ -47,6 +49,10 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
     spec = spec.with_micro_batch_size(micro_batch_size)
     problem = schedule.problem
     spec.blocks_of_stages(problem.num_stages, problem.annotations)
+    lengths = microbatch_lengths(problem, spec)
+    if runtime in ("torch", "torchtitan") and lengths is not None and lengths.budget is None:
+        raise InputError("problem.x-token-budget", f"is needed by --runtime {runtime} (its stages take one fixed "
+                                                   "shape: every microbatch is padded to this many tokens)")
     profiled = problem.annotations.get("x-profile")
     model_info = profiled.get("model") if isinstance(profiled, dict) else None
     recorded = model_info.get("name") if isinstance(model_info, dict) else None
@@ -131,7 +137,10 @@ def _outcome(schedule: Schedule, spec: ModelSpec, results: list | None, check: b
     if results is None:
         return outcome
     outcome.figures = figures(schedule, results)
+    outcome.activations = activation_comparison(schedule, results)
     if check:
         grads = {name: g for r in results for name, g in r.grads.items()}
-        outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches, kind), outcome.loss, grads)
+        lengths = microbatch_lengths(schedule.problem, spec)
+        outcome.comparison = compare(reference_run(spec, schedule.problem.microbatches, kind, lengths), outcome.loss,
+                                     grads)
     return outcome

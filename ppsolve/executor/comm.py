@@ -83,7 +83,7 @@ def channels(schedule) -> list[tuple[int, int]]:
 class TaggedComm:
     """Tagged asynchronous messages, every receive posted up front (gloo)."""
 
-    def __init__(self, schedule, rank: int, stages, shape: tuple[int, ...], timeout_s: float):
+    def __init__(self, schedule, rank: int, stages, shapes: list[tuple[int, ...]], timeout_s: float):
         problem = schedule.problem
         self.num_stages, self.microbatches = problem.num_stages, problem.microbatches
         self.timeout = timedelta(seconds=timeout_s)
@@ -93,9 +93,9 @@ class TaggedComm:
         for s in stages:
             for j in range(self.microbatches):
                 if s > 0 and place[s - 1] != rank:
-                    self.post_recv(FWD, s, j, place[s - 1], shape)
+                    self.post_recv(FWD, s, j, place[s - 1], shapes[j])
                 if s < self.num_stages - 1 and place[s + 1] != rank:
-                    self.post_recv(BWD, s, j, place[s + 1], shape)
+                    self.post_recv(BWD, s, j, place[s + 1], shapes[j])
 
     def tag(self, direction: int, stage: int, j: int) -> int:
         return (direction * self.num_stages + stage) * self.microbatches + j
@@ -137,8 +137,8 @@ class Channels:
 class OrderedComm:
     """Messages in channel order, receives posted when needed (NCCL; see the module docstring)."""
 
-    def __init__(self, channels: Channels, placement, shape: tuple[int, ...], device, timeout_s: float):
-        self.channels, self.placement, self.shape, self.device = channels, placement, shape, device
+    def __init__(self, channels: Channels, placement, shapes: list[tuple[int, ...]], device, timeout_s: float):
+        self.channels, self.placement, self.shapes, self.device = channels, placement, shapes, device
         self.timeout = timedelta(seconds=timeout_s)
         self.next = {pair: 0 for pair in channels.order}  # receives posted so far per incoming channel
         self.recvs: dict[Key, tuple[torch.Tensor, object]] = {}
@@ -154,7 +154,7 @@ class OrderedComm:
                 raise RuntimeError(f"no message {key} on the channel from rank {src}")
             posted = order[self.next[pair]]
             self.next[pair] += 1
-            buf = torch.empty(self.shape, device=self.device)
+            buf = torch.empty(self.shapes[posted[2]], device=self.device)
             self.recvs[posted] = (buf, dist.irecv(buf, src=src, group=group))
         buf, work = self.recvs.pop(key)
         work.wait(self.timeout)

@@ -21,6 +21,9 @@ import torch.nn.functional as nnf
 from torch import nn
 
 from ppsolve.executor.spec import ModelSpec
+from ppsolve.executor.tokens import Lengths
+
+PAD_TARGET = -100  # the target of a padding token: no loss
 
 
 def _norm(kind: str, hidden: int) -> nn.Module:
@@ -37,7 +40,7 @@ class Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(ids)
-        return x if self.position is None else x + self.position
+        return x if self.position is None else x + self.position[:ids.shape[-1]]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -166,27 +169,38 @@ def build_full(spec: ModelSpec) -> StageModule:
     return StageModule(build_parts(spec))
 
 
-def microbatch(spec: ModelSpec, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input and target of microbatch ``index``: fixed by the model's seed and the index."""
+def microbatch(spec: ModelSpec, index: int, lengths: Lengths | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input and target of microbatch ``index``: fixed by the model's seed and the index. With
+    ``lengths`` (a transformer), its first ``lengths.tokens[index]`` tokens of each sequence, padded
+    to the budget when there is one (input token 0, target ``PAD_TARGET``: left out of the loss)."""
     gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + index + 1)
     b, d = spec.micro_batch_size, spec.dims
-    if spec.kind == "transformer":
-        shape = (b, d["sequence"])
-        return (torch.randint(d["vocabulary"], shape, generator=gen),
-                torch.randint(d["vocabulary"], shape, generator=gen))
-    return torch.randn(b, d["width"], generator=gen), torch.randn(b, d["width"], generator=gen)
+    if spec.kind != "transformer":
+        return torch.randn(b, d["width"], generator=gen), torch.randn(b, d["width"], generator=gen)
+    shape = (b, d["sequence"])
+    x, target = (torch.randint(d["vocabulary"], shape, generator=gen),
+                 torch.randint(d["vocabulary"], shape, generator=gen))
+    if lengths is None:
+        return x, target
+    real, length = lengths.tokens[index], lengths.shape_length(index)
+    x, target = x[:, :length].clone(), target[:, :length].clone()
+    x[:, real:], target[:, real:] = 0, PAD_TARGET
+    return x, target
 
 
-def boundary_shape(spec: ModelSpec) -> tuple[int, ...]:
-    """Shape of the tensor passed between two stages (and of its gradient)."""
+def boundary_shape(spec: ModelSpec, length: int | None = None) -> tuple[int, ...]:
+    """Shape of the tensor passed between two stages (and of its gradient); ``length``: the
+    microbatch's sequence length (default the model's)."""
     if spec.kind == "transformer":
-        return (spec.micro_batch_size, spec.dims["sequence"], spec.dims["hidden"])
+        return (spec.micro_batch_size, length or spec.dims["sequence"], spec.dims["hidden"])
     return (spec.micro_batch_size, spec.dims["width"])
 
 
 def loss_fn(spec: ModelSpec):
-    """The per-microbatch loss (a mean over its samples); one iteration's loss is the mean over microbatches."""
+    """The per-microbatch loss (a mean over its samples, padding left out); one iteration's loss is the
+    mean over microbatches."""
     if spec.kind == "transformer":
         vocab = spec.dims["vocabulary"]
-        return lambda out, target: nnf.cross_entropy(out.reshape(-1, vocab), target.reshape(-1))
+        return lambda out, target: nnf.cross_entropy(out.reshape(-1, vocab), target.reshape(-1),
+                                                     ignore_index=PAD_TARGET)
     return nnf.mse_loss

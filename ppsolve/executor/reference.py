@@ -1,6 +1,7 @@
-"""The single-process reference: the whole model, the same data, every microbatch
-forward and backward; loss = mean of the microbatch losses. It runs on the device
-kind of the run (CUDA: cuda:0 with TF32 off); gradients come back on the CPU."""
+"""The single-process reference: the whole model, the same data (each microbatch at its
+real tokens, unpadded), every microbatch forward and backward; loss = mean of the microbatch
+losses. It runs on the device kind of the run (CUDA: cuda:0 with TF32 off); gradients come
+back on the CPU."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from ppsolve.executor import models
 from ppsolve.executor.device import make_device
 from ppsolve.executor.spec import ModelSpec
+from ppsolve.executor.tokens import Lengths
 
 
 @dataclass
@@ -19,13 +21,16 @@ class Reference:
     grads: dict[str, torch.Tensor]
 
 
-def reference_run(spec: ModelSpec, microbatches: int, device: str = "cpu") -> Reference:
+def reference_run(spec: ModelSpec, microbatches: int, device: str = "cpu", lengths: Lengths | None = None) -> Reference:
+    """``lengths``: each microbatch runs at its real tokens, never padded (padding must not change
+    a gradient)."""
     dev = make_device(device)
+    unpadded = None if lengths is None else Lengths(lengths.tokens)
     model = dev.place(models.build_full(spec))
     loss_fn = models.loss_fn(spec)
     total = 0.0
     for j in range(microbatches):
-        x, target = (dev.place(t) for t in models.microbatch(spec, j))
+        x, target = (dev.place(t) for t in models.microbatch(spec, j, unpadded))
         loss = loss_fn(model(x), target)
         total += float(loss.detach())
         (loss / microbatches).backward()

@@ -1,14 +1,19 @@
-"""Measured against predicted: activation peaks, per-op wall times, Chrome trace.
+"""Measured against predicted: activation bytes, peaks, per-op wall times, Chrome trace.
 
 The predicted peak is SPEC.md's memory model on the schedule's planned ops, with
 each stage's activation, weight_hold and recompute keep set to the bytes measured on
-that run; an offload moves the bytes it moved on that run (whole saved storages, the
-largest first, within its planned share: amount / activation), or, where none was
-recorded, its planned share of the measured activation. An offload whose share is smaller
-than every whole saved storage moves nothing (0 bytes, as is its reload): the table says
-how many did so on each rank.
+that run (per microbatch where its microbatches measured different bytes: sequences
+of different lengths); an offload moves the bytes it moved on that run (whole saved
+storages, the largest first, within its planned share: amount / activation), or,
+where none was recorded, its planned share of the measured activation. An offload whose
+share is smaller than every whole saved storage moves nothing (0 bytes, as is its reload):
+the table says how many did so on each rank.
 
 A device that holds no stage runs nothing: its row shows a peak of 0 and a span of 0.
+
+A problem profiled by this executor (``x-profile``, memory in GiB) predicts the bytes of
+every (stage, microbatch) itself: ``problem.activation.at(s, j)``;
+:func:`activation_comparison` sets them beside the measured ones.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.tolerance import EPS
+from ppsolve.units import MEMORY_UNIT
 
 
 @dataclass
@@ -41,56 +47,117 @@ def stage_bytes(results, what: str = "activation_bytes") -> dict[int, int]:
     ``what="hold_bytes"``, or keeps from F to R with ``what="keep_bytes"``: only stages
     that recompute); they must agree across microbatches."""
     out = {}
-    for result in results:
-        for s, sizes in getattr(result, what).items():
-            if not sizes:  # keep_bytes of a stage that recomputes nothing
-                continue
-            if len(set(sizes)) != 1:
-                raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
-            out[s] = sizes[0]
+    for s, sizes in microbatch_bytes(results, what).items():
+        if len(set(sizes)) != 1:
+            raise ValueError(f"stage {s}: microbatches measured different byte counts {sorted(set(sizes))}")
+        out[s] = sizes[0]
     return out
 
 
-def predicted_peaks(schedule: Schedule, act_bytes: dict[int, int], hold_bytes: dict[int, int],
-                    keep_bytes: dict[int, int] | None = None,
+def microbatch_bytes(results, what: str = "activation_bytes") -> dict[int, list[int]]:
+    """Per stage, the bytes each microbatch measured (``activation_bytes`` and ``hold_bytes``: all m
+    in microbatch order; ``keep_bytes``: the recomputed ones, stages that recompute)."""
+    return {s: list(sizes) for result in results for s, sizes in getattr(result, what).items() if sizes}
+
+
+def _per_op(sizes: dict[int, list[int]], stages: int) -> list:
+    """A memory field of the measured problem: one value per stage, or S lists of m where some
+    stage's microbatches differ."""
+    if all(len(set(sizes[s])) == 1 for s in range(stages)):
+        return [float(sizes[s][0]) for s in range(stages)]
+    return [[float(x) for x in sizes[s]] for s in range(stages)]
+
+
+def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict, keep_bytes: dict | None = None,
                     moved: dict[tuple[int, int], int] | None = None) -> list[float]:
     """SPEC.md's peak per device with activation, weight_hold and (stages that recompute)
-    recompute keep set to the measured bytes."""
+    recompute keep set to the measured bytes: per stage one count, or the list of each
+    microbatch's (m counts)."""
     problem = schedule.problem
+    S, M = problem.num_stages, problem.microbatches
     data = problem.to_dict()
-    acts = [float(act_bytes[s]) for s in range(problem.num_stages)]
-    holds = [float(hold_bytes[s]) for s in range(problem.num_stages)] if problem.split_backward else 0
-    data["memory"] = {"activation": acts, "weight_hold": holds, "capacity": None}
+    as_lists = lambda sizes: {s: v if isinstance(v, list) else [v] * M for s, v in sizes.items()}  # noqa: E731
+    acts = as_lists(act_bytes)
+    data["memory"] = {"activation": _per_op(acts, S), "capacity": None,
+                      "weight_hold": _per_op(as_lists(hold_bytes), S) if problem.split_backward else 0}
     if problem.recompute is not None:
-        data["recompute"]["keep"] = measured_keep(acts, keep_bytes or {})
+        data["recompute"]["keep"] = _per_op(measured_keep(acts, as_lists(keep_bytes or {})), S)
     measured_problem = problem_from_dict(data)
+    acts = measured_problem.activation
     ops = []
     for op in schedule.ops:
         amount = op.amount
         if op.kind.is_transfer:
-            share = op.amount / problem.activation[op.stage] if problem.activation[op.stage] > 0 else 1.0
-            amount = acts[op.stage] if share >= 1 - EPS else share * acts[op.stage]
+            planned, act = problem.activation.at(op.stage, op.microbatch), acts.at(op.stage, op.microbatch)
+            share = op.amount / planned if planned > 0 else 1.0
+            amount = act if share >= 1 - EPS else share * act
             amount = float((moved or {}).get((op.stage, op.microbatch), amount))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, op.device, op.start, op.end, amount))
     return peak_memory(measured_problem, ops)
 
 
-def measured_keep(acts: list[float], keep_bytes: dict[int, int]) -> list[float]:
-    """The recompute block's keep per stage: the measured checkpoint bytes where the stage
-    recomputes (0 elsewhere: no event uses it). The memory model needs keep <= activation."""
-    keep = [float(keep_bytes.get(s, 0)) for s in range(len(acts))]
-    for s, (kept, act) in enumerate(zip(keep, acts)):
-        if kept > act:
-            raise ValueError(f"stage {s}: a recomputed forward kept {kept:.0f} bytes, more than the {act:.0f} "
-                             "bytes of its activation (the stage's forward does not save its input)")
+def measured_keep(acts: dict[int, list[int]], keep_bytes: dict[int, list[int]]) -> dict[int, list[int]]:
+    """The recompute block's keep per (stage, microbatch): the measured checkpoint bytes where the
+    stage recomputes (0 elsewhere: no event uses it). The memory model needs keep <= activation."""
+    keep = {s: keep_bytes.get(s, [0] * len(row)) for s, row in acts.items()}
+    for s, row in keep.items():
+        for j, (kept, act) in enumerate(zip(row, acts[s])):
+            if kept > act:
+                raise ValueError(f"stage {s} microbatch {j}: a recomputed forward kept {kept:.0f} bytes, more than "
+                                 f"the {act:.0f} bytes of its activation (the stage's forward does not save its input)")
     return keep
+
+
+def keep_by_microbatch(schedule: Schedule, results) -> dict[int, int | list[int]]:
+    """What each recomputed forward kept: per stage that recomputes one count when its microbatches
+    agree, else m counts (0 where the microbatch is not recomputed)."""
+    out: dict[int, int | list[int]] = {}
+    recomputed = schedule.recomputed_by_stage()
+    for s, sizes in microbatch_bytes(results, "keep_bytes").items():
+        by_j = dict(zip(recomputed[s], sizes))  # the runtimes list them in microbatch order
+        out[s] = sizes[0] if len(set(sizes)) == 1 else [by_j.get(j, 0) for j in range(schedule.problem.microbatches)]
+    return out
+
+
+@dataclass
+class ActivationComparison:
+    """Each (stage, microbatch)'s activation bytes: measured on the run, predicted by the problem."""
+
+    measured: dict[tuple[int, int], int]
+    predicted: dict[tuple[int, int], int]
+
+    @property
+    def differing(self) -> list[tuple[int, int]]:
+        return [key for key in sorted(self.predicted) if self.measured.get(key) != self.predicted[key]]
+
+    def render(self) -> str:
+        keys = sorted(self.predicted)
+        sizes = sorted({self.predicted[k] for k in keys})
+        head = (f"activation bytes per microbatch, measured against the problem's: {len(keys) - len(self.differing)} "
+                f"of {len(keys)} (stage, microbatch) equal ({len(sizes)} distinct sizes, {sizes[0]} to {sizes[-1]} B)")
+        return "\n".join([head] + [f"  stage {s} microbatch {j}: measured {self.measured.get((s, j))} B, predicted "
+                                    f"{self.predicted[(s, j)]} B" for s, j in self.differing[:5]])
+
+
+def activation_comparison(schedule: Schedule, results) -> ActivationComparison | None:
+    """The measured bytes of every (stage, microbatch) beside ``problem.activation.at(s, j)`` in bytes,
+    for a problem this executor profiled (``x-profile``, memory in GiB); None for others (their
+    memory is not this executor's bytes)."""
+    from ppsolve.executor.profiler import GIB
+
+    problem = schedule.problem
+    if "x-profile" not in problem.annotations or problem.units[1] != MEMORY_UNIT:
+        return None
+    measured = {(s, j): size for s, sizes in microbatch_bytes(results).items() for j, size in enumerate(sizes)}
+    predicted = {(s, j): round(value * GIB) for s, j, value in problem.activation.values()}
+    return ActivationComparison(measured, predicted)
 
 
 def figures(schedule: Schedule, results) -> list[RankFigures]:
     moved = {(rec.stage, rec.microbatch): rec.moved for result in results for rec in result.records
              if rec.kind == OpKind.OFFLOAD.value}
-    predicted = predicted_peaks(schedule, stage_bytes(results), stage_bytes(results, "hold_bytes"),
-                                stage_bytes(results, "keep_bytes"), moved)
+    predicted = predicted_peaks(schedule, microbatch_bytes(results), microbatch_bytes(results, "hold_bytes"),
+                                keep_by_microbatch(schedule, results), moved)
     out = []
     for result in results:
         by_kind: dict[str, list[float]] = {}

@@ -11,6 +11,9 @@ start, a transfer before a compute op that starts at the same time). An action s
   :func:`ppsolve.simulator.device_waits`, the same definition the simulator re-times with,
   names them (per other lane, the last one in lane order).
 
+Microbatch j's data and messages have its own sequence length where the problem gives one
+(``x-microbatch-tokens``, :mod:`ppsolve.executor.tokens`).
+
 Sends are asynchronous (``isend``); how receives are matched is the ``comm`` module's
 business (tags up front on gloo, ordered channels on NCCL). The ``Device`` does the rest:
 
@@ -39,6 +42,7 @@ from ppsolve.executor.comm import BWD, FWD, Channels, OrderedComm, TaggedComm
 from ppsolve.executor.device import Device, make_device
 from ppsolve.executor.spec import ModelSpec, model_from_dict
 from ppsolve.executor.stage import SavedBytes, Stage
+from ppsolve.executor.tokens import microbatch_lengths
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, ScheduledOp, schedule_from_dict
@@ -116,14 +120,15 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     channels = Channels(schedule, rank, dev.device, job.timeout_s) if ordered else None
     result = RankResult(rank)
     actions, waits = rank_plan(schedule, rank)
+    lengths = microbatch_lengths(problem, spec)
+    shapes = [models.boundary_shape(spec, lengths and lengths.shape_length(j)) for j in range(M)]
     for step in range(job.steps):
         for p in params:
             p.grad = None
         ledger = SavedBytes(params)
         stages = {s: Stage(s, S, modules[s], models.loss_fn(spec), M, ledger, dev) for s in sorted(mine)}
-        shape = models.boundary_shape(spec)
-        comm = (OrderedComm(channels, problem.placement, shape, dev.device, job.timeout_s) if ordered
-                else TaggedComm(schedule, rank, stages, shape, job.timeout_s))
+        comm = (OrderedComm(channels, problem.placement, shapes, dev.device, job.timeout_s) if ordered
+                else TaggedComm(schedule, rank, stages, shapes, job.timeout_s))
         walked = _walk(job, rank, schedule, spec, stages, ledger, actions, waits, comm, dev)
         if step == 0 and job.steps > 1:
             first = max((r.end for r in walked.records), default=0.0)
@@ -157,7 +162,8 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
           ledger: SavedBytes, actions: list[ScheduledOp], waits: list[list[int]], comm, dev: Device) -> RankResult:
     problem = schedule.problem
     S, M, place = problem.num_stages, problem.microbatches, problem.placement
-    data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j)) for j in range(M)}
+    lengths = microbatch_lengths(problem, spec)
+    data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j, lengths)) for j in range(M)}
             if (0 in stages or S - 1 in stages) else {})
     recomputed = {(s, j) for s, js in schedule.recomputed_by_stage().items() if s in stages for j in js}
     local: dict[tuple[int, int, int], torch.Tensor] = {}
@@ -201,7 +207,7 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
                 stage.recompute(j)
             elif kind is OpKind.OFFLOAD:
                 start = dev.stamp()  # its F is among the waits: planned to end by this start
-                act = problem.activation[s]
+                act = problem.activation.at(s, j)
                 moved = stage.offload(j, op.amount / act if act > 0 else 1.0)
             elif kind is OpKind.RELOAD:
                 dev.wait(stage.copied(j))  # its OFFLOAD's copies

@@ -10,6 +10,9 @@ sends, receives and gradient reductions, and the side file's actions, logged as
 they run) must be the CSV's row with the side file's actions where the plan puts
 them; a difference fails the rank. The activation bytes are the adapter's (its
 saved-tensors hooks), reported as ppsolve's own runtime reports them.
+Microbatches of different lengths (``x-microbatch-tokens``) run padded to the
+problem's ``x-token-budget`` (:mod:`ppsolve.executor.tokens`): one shape for every
+microbatch, the padding left out of the loss.
 Quirk of that runtime (torch 2.13): stage 0's I is a no-op and its W runs the
 whole backward. When an action fails, that runtime logs its whole schedule (thousands of
 lines for a large plan): the log goes to a file, ``ppsolve-torch-rank<r>-*.log`` in the
@@ -31,6 +34,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, OpRecord, RankResult, parameter_grads
+from ppsolve.executor.tokens import microbatch_lengths
 from ppsolve.executor.torch_plan import COMPUTE_KINDS, attach
 
 _LOGGED = {"get_fwd_send_ops": "SEND_F", "get_bwd_send_ops": "SEND_B",
@@ -63,7 +67,8 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
     for stage in stages:
         _log_comms(stage, log)
     expected = expected_log(job.csv_text.splitlines()[rank].split(","), job.torch_plan, rank)
-    batches = [models.microbatch(spec, j) for j in range(M)]
+    lengths = microbatch_lengths(problem, spec)  # with tokens: padded to the budget, one shape (api.prepare)
+    batches = [models.microbatch(spec, j, lengths) for j in range(M)]
     inputs = dev.place(torch.cat([x for x, _ in batches]))
     targets = dev.place(torch.cat([t for _, t in batches]))
     result = RankResult(rank, device=dev.kind)

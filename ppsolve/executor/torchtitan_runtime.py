@@ -30,6 +30,7 @@ from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule, _
 from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, RankResult
+from ppsolve.executor.tokens import microbatch_lengths
 from ppsolve.executor.torch_runtime import expected_log, measured
 from ppsolve.executor.torchtitan import apply_plan
 from ppsolve.export.torch_csv import compute_only_rows, to_compute_comms_csv
@@ -96,7 +97,7 @@ def run_rank_torchtitan(job: Job, rank: int, device: Device | None = None) -> Ra
         plan = apply_plan(pp_schedule, job.torch_plan, comms=comms, device=dev)
     plan.log = log = []
     expected = expected_log(job.csv_text.splitlines()[rank].split(","), job.torch_plan, rank)
-    batches = [models.microbatch(spec, j) for j in range(M)]
+    batches = [models.microbatch(spec, j, microbatch_lengths(problem, spec)) for j in range(M)]  # padded: one shape
     inputs = dev.place(torch.cat([x for x, _ in batches]))
     targets = dev.place(torch.cat([t for _, t in batches]))
     has_first, has_last = any(s.is_first for s in stages), any(s.is_last for s in stages)

@@ -17,7 +17,7 @@ Format ``ppsolve/torch-plan@1``::
                            "waits": ["0F2"]}, ...],
                 "waits": {"0F3": ["0OFFLOAD2"]}}, ...]}
 
-``share`` is the planned amount over the stage's activation (OFFLOAD); ``lane`` the
+``share`` is the planned amount over the activation of that stage and microbatch (OFFLOAD); ``lane`` the
 host-link lane (``d2h``; ``h2d`` for RELOAD, ``d2h`` on a half-duplex link) or
 ``compute`` (R); ``waits`` (contract version 2, :func:`ppsolve.simulator.device_waits`)
 the actions of the rank on other lanes that must have ended first, for extra actions
@@ -71,7 +71,7 @@ def side_plan(schedule: Schedule) -> dict:
             after = next((labels[k] for k in reversed(torch_ops) if k < i), None)
             entry = {"action": labels[i], "kind": op.kind.value, "stage": op.stage, "microbatch": op.microbatch}
             if op.kind is OpKind.OFFLOAD:
-                act = problem.activation[op.stage]
+                act = problem.activation.at(op.stage, op.microbatch)
                 entry["share"] = op.amount / act if act > 0 else 1.0
             entry.update({"lane": lane_of(schedule, op.kind), "after": after, "before": before, "waits": waited})
             extra.append(entry)

@@ -1,7 +1,7 @@
 """All integer scaling of times and memory of the solver models (CP-SAT and MILP), in one place.
 
 CP-SAT works on integers. Every time the model uses (compute durations, recompute
-durations, the p2p latency, transfer durations ``max_offload(s) / bandwidth``) is
+durations, the p2p latencies, transfer durations ``max_offload(s, j) / bandwidth``) is
 multiplied by one factor ``time_scale`` and every memory figure (activations, weight
 holds, recompute checkpoints, offload amounts, capacities) by one factor ``memory_scale``.
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable
 
+from ppsolve.costs import Grid
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.tolerance import MODEL_EPS, slack
@@ -64,19 +65,28 @@ def _scale_for(values: Iterable[float]) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class Scaling:
-    """Integer versions of every figure the model uses; ``to_time`` maps back."""
+    """Integer versions of every figure the model uses, per (stage, microbatch); ``to_time`` maps back.
+
+    Per-op figures are :class:`~ppsolve.costs.Grid` tables of ints in the form of the problem's (one value
+    a stage when the cost does not vary, so a uniform problem costs what it did): read them per op
+    (``duration(kind, s, j)``, ``activation.at(s, j)``).
+    """
 
     time_scale: int
     memory_scale: int
     exact: bool
-    duration: dict  # (kind, stage) -> int, kind in F/B/W/R/OFFLOAD/RELOAD (transfers: full allowed amount)
-    latency: tuple[int, ...]  # latency[s] between stage s and s+1
-    activation: tuple[int, ...]
-    weight_hold: tuple[int, ...]
-    offload_amount: tuple[int, ...]  # scaled max_offload(s); 0 where a stage cannot offload
+    durations: dict  # kind -> Grid of ints, kind in F/B/W/R/OFFLOAD/RELOAD (transfers: full allowed amount)
+    p2p: tuple[int, ...]  # the p2p latency of each microbatch
+    activation: Grid
+    weight_hold: Grid
+    offload_amount: Grid  # scaled max_offload(s, j); 0 where a stage cannot offload
     capacity: tuple[int | None, ...]
-    keep: tuple[int, ...] = ()  # scaled recompute.keep[s] (rounded up); empty without a recompute block
+    keep: Grid | None = None  # scaled recompute.keep (rounded up); None without a recompute block
     overhead_weight: int = 1  # > the most that can be offloaded in one iteration (model units)
+
+    def duration(self, kind: OpKind, stage: int, microbatch: int) -> int:
+        """The model duration of ``kind`` of (stage, microbatch) (a transfer: moving the whole allowed amount)."""
+        return self.durations[kind].at(stage, microbatch)
 
     def overhead(self, recompute: int, offloaded: int) -> int:
         """The OVERHEAD phase's one objective: recompute time first, then the offloaded amount."""
@@ -102,17 +112,35 @@ def _rounded(y: float, up: bool, tolerance: float) -> int:
     return math.ceil(y) if up else math.floor(y)
 
 
+def _distinct(grid: Grid) -> set[float]:
+    """The values of a grid (each once: a per-stage grid costs S, not S * m)."""
+    if grid.per_microbatch:
+        return {v for s in range(grid.stages) for v in grid.row(s)}
+    return {grid.at(s, 0) for s in range(grid.stages)}
+
+
+def _table(field: str, like: list[Grid], value) -> Grid:
+    """A grid of ``value(s, j)``, per stage unless one of the grids ``like`` is per microbatch."""
+    stages, m = like[0].stages, like[0].microbatches
+    if any(g.per_microbatch for g in like):
+        return Grid(field, m, rows=tuple(tuple(value(s, j) for j in range(m)) for s in range(stages)))
+    return Grid(field, m, per_stage=tuple(value(s, 0) for s in range(stages)))
+
+
 def build_scaling(problem: Problem) -> Scaling:
     S = problem.num_stages
     kinds = list(problem.kinds) + ([OpKind.R] if problem.recompute is not None else [])
-    amounts = [problem.max_offload(s) for s in range(S)]
-    times = [problem.duration(k, s) for k in kinds for s in range(S)] + [problem.p2p]
+    act = problem.activation
+    fraction = problem.offload.fraction if problem.offload is not None else (0.0,) * S
+    amounts = _table("offload amount", [act], lambda s, j: fraction[s] * act.at(s, j))
+    times = {v for k in kinds for v in _distinct(problem.durations[k])} | set(problem.p2p_times)
     if problem.offload is not None:
-        times += [problem.duration(OpKind.OFFLOAD, s, amount=a) for s, a in enumerate(amounts) if a > 0]
-        times += [problem.duration(OpKind.RELOAD, s, amount=a) for s, a in enumerate(amounts) if a > 0]
+        for k in (OpKind.OFFLOAD, OpKind.RELOAD):
+            times |= {problem.duration(k, 0, amount=a) for a in _distinct(amounts) if a > 0}
     caps = [c for c in problem.capacity if c is not None]
-    keep = list(problem.recompute.keep) if problem.recompute is not None else []
-    memory = list(problem.activation) + list(problem.weight_hold) + keep + amounts + caps
+    keep = problem.recompute.keep if problem.recompute is not None else None
+    grids = [act, problem.weight_hold, amounts] + ([keep] if keep is not None else [])
+    memory = set(caps).union(*(_distinct(g) for g in grids))
     tscale, texact = _scale_for(times)
     mscale, mexact = _scale_for(memory)
 
@@ -122,22 +150,20 @@ def build_scaling(problem: Problem) -> Scaling:
     def down(x: float, scale: int) -> int:
         return _rounded(x * scale, False, MODEL_EPS)
 
-    duration: dict = {}
-    for s in range(S):
-        for k in kinds:
-            duration[(k, s)] = up(problem.duration(k, s), tscale)
-        if amounts[s] > 0:
-            for k in (OpKind.OFFLOAD, OpKind.RELOAD):
-                duration[(k, s)] = max(1, up(problem.duration(k, s, amount=amounts[s]), tscale))
-    activation = tuple(up(a, mscale) for a in problem.activation)
-    hold = tuple(min(up(h, mscale), activation[s]) for s, h in enumerate(problem.weight_hold))
+    durations = {k: problem.durations[k].map(f"model {k.value}", lambda x: up(x, tscale)) for k in kinds}
+    if problem.offload is not None:
+        for k in (OpKind.OFFLOAD, OpKind.RELOAD):
+            durations[k] = _table(f"model {k.value}", [act], lambda s, j, k=k: 0 if amounts.at(s, j) <= 0 else max(
+                1, up(problem.duration(k, s, j, amount=amounts.at(s, j)), tscale)))
+    activation = act.map("model activation", lambda a: up(a, mscale))
+    hold = problem.weight_hold.combine("model weight hold", activation, lambda h, a: min(up(h, mscale), a))
     # Offloading moves less than it could when rounding, so memory stays conservative.
-    offload_amount = tuple(min(down(a, mscale), activation[s]) for s, a in enumerate(amounts))
+    offload_amount = amounts.combine("model offload amount", activation, lambda x, a: min(down(x, mscale), a))
     return Scaling(
-        keep=tuple(min(up(k, mscale), activation[s]) for s, k in enumerate(keep)),
-        overhead_weight=1 + problem.microbatches * sum(offload_amount),
-        time_scale=tscale, memory_scale=mscale, exact=texact and mexact, duration=duration,
-        latency=tuple(up(problem.latency(s, s + 1), tscale) for s in range(S - 1)),
+        keep=None if keep is None else keep.combine("model keep", activation, lambda k, a: min(up(k, mscale), a)),
+        overhead_weight=1 + sum(offload_amount.total(s) for s in range(S)),
+        time_scale=tscale, memory_scale=mscale, exact=texact and mexact, durations=durations,
+        p2p=tuple(up(x, tscale) for x in problem.p2p_times),
         activation=activation, weight_hold=hold, offload_amount=offload_amount,
         capacity=tuple(None if c is None else down(c, mscale) for c in problem.capacity),
     )
@@ -145,10 +171,11 @@ def build_scaling(problem: Problem) -> Scaling:
 
 def trivial_horizon(problem: Problem, scaling: Scaling) -> int:
     """A makespan no optimal schedule exceeds (model units): everything one after another."""
-    S, m = problem.num_stages, problem.microbatches
-    total = m * sum(scaling.duration[(k, s)] for s in range(S) for k in problem.kinds)
-    total += m * sum(scaling.duration.get((k, s), 0) for s in range(S) for k in (OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD))
-    total += 2 * m * sum(scaling.latency)
+    S = problem.num_stages
+    kinds = list(problem.kinds) + [k for k in (OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD) if k in scaling.durations]
+    total = sum(scaling.durations[k].total(s) for k in kinds for s in range(S))
+    crossings = sum(1 for s in range(S - 1) if problem.placement[s] != problem.placement[s + 1])
+    total += 2 * crossings * sum(scaling.p2p)
     return max(1, total)
 
 
@@ -156,9 +183,10 @@ def peak_ranges(problem: Problem, scaling: Scaling) -> list[tuple[int, int]]:
     """Per device, (least, most) its peak can be (model units): at least its largest activation,
     at most every activation of every microbatch (or its capacity)."""
     out = []
+    act = scaling.activation
     for d, stages in enumerate(problem.stages_of_device):
-        need = sum(scaling.activation[s] for s in stages) * problem.microbatches
+        need = sum(act.total(s) for s in stages)
         cap = scaling.capacity[d]
-        low = max((scaling.activation[s] for s in stages), default=0)  # 0: a device without a stage
+        low = max((act.high(s) for s in stages), default=0)  # 0: a device without a stage
         out.append((low, max(low, need if cap is None else min(need, cap))))
     return out

@@ -76,8 +76,10 @@ def trim_amounts(problem, ops: list, until: float | None = None, max_tries: int 
         amount = ops[i].amount - spare
         if spare <= slack(cap) or amount <= slack(ops[i].amount):
             continue
-        ops[i] = ops[i]._replace(end=ops[i].start + problem.duration(OpKind.OFFLOAD, off.stage, amount), amount=amount)
-        ops[k] = rel._replace(end=rel.start + problem.duration(OpKind.RELOAD, off.stage, amount), amount=amount)
+        trip = {kind: problem.duration(kind, off.stage, off.microbatch, amount=amount)
+                for kind in (OpKind.OFFLOAD, OpKind.RELOAD)}
+        ops[i] = ops[i]._replace(end=ops[i].start + trip[OpKind.OFFLOAD], amount=amount)
+        ops[k] = rel._replace(end=rel.start + trip[OpKind.RELOAD], amount=amount)
     return ops
 
 
@@ -106,8 +108,8 @@ def shed_levers(schedule: Schedule, until: float | None = None, max_tries: int |
 
 
 def is_dust(problem, op) -> bool:
-    """Whether transfer ``op`` moves less than ``DUST`` of its stage's activation."""
-    return op.amount < DUST * problem.activation[op.stage]
+    """Whether transfer ``op`` moves less than ``DUST`` of its (stage, microbatch)'s activation."""
+    return op.amount < DUST * problem.activation.at(op.stage, op.microbatch)
 
 
 def absorb_dust(problem, ops: list, makespan: float, until: float | None = None,
@@ -122,8 +124,9 @@ def absorb_dust(problem, ops: list, makespan: float, until: float | None = None,
         pair = {Op(OpKind.OFFLOAD, small.stage, small.microbatch), Op(OpKind.RELOAD, small.stage, small.microbatch)}
         rest = [op for op in ops if op.op not in pair]
         partners = sorted((op for op in rest if op.kind is OpKind.OFFLOAD and op.device == small.device
-                           and problem.max_offload(op.stage) - op.amount >= small.amount and not is_dust(problem, op)),
-                          key=lambda o: o.amount - problem.max_offload(o.stage))
+                           and problem.max_offload(op.stage, op.microbatch) - op.amount >= small.amount
+                           and not is_dust(problem, op)),
+                          key=lambda o: o.amount - problem.max_offload(o.stage, o.microbatch))
         for partner in partners[:DUST_PARTNERS]:
             trial = _grown(problem, rest, partner, partner.amount + small.amount)
             if trial is not None and make_schedule(problem, trial, "dust").makespan <= makespan + slack(makespan):
@@ -138,7 +141,7 @@ def _grown(problem, ops: list, offload, amount: float) -> list | None:
     out = []
     for op in ops:
         if op.kind.is_transfer and (op.stage, op.microbatch) == (offload.stage, offload.microbatch):
-            length = problem.duration(op.kind, op.stage, amount)
+            length = problem.duration(op.kind, op.stage, op.microbatch, amount=amount)
             op = (op._replace(end=op.start + length, amount=amount) if op.kind is OpKind.OFFLOAD
                   else op._replace(start=op.end - length, amount=amount))
         out.append(op)

@@ -30,6 +30,11 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   alone: when its share of the time lets it try them all, it is at most the better of the
   warm starts with offload only and with recompute only (tests/solvers/test_solver_warm_start.py
   checks it on random problems and caps).
+
+When microbatches differ (contract version 4) the baselines and plans above run in data
+order; then every applicable baseline runs with its microbatches longest first and shortest
+first, and the order search (``NAME@search``) of the fastest baseline found so far
+(:mod:`ppsolve.baselines.microbatch_order`).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ import numpy as np
 
 from ppsolve import baselines
 from ppsolve.baselines.plans import own_plans
-from ppsolve.baselines.portfolio import applicable_baselines
+from ppsolve.baselines.microbatch_order import base_name
+from ppsolve.baselines.portfolio import applicable_baselines, ordered_baselines
 from ppsolve.checker import check
 from ppsolve.costs import Grid
 from ppsolve.errors import InputError, PpsolveError
@@ -52,6 +58,7 @@ from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
+from ppsolve.solvers.symmetry import identical_classes
 from ppsolve.tolerance import EPS
 
 
@@ -128,6 +135,32 @@ def baseline_warm_starts(problem: Problem, choice: str, time_limit: float | None
     return out
 
 
+def ordered_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
+                        out: list[Schedule] | None = None) -> list[Schedule]:
+    """On a problem whose microbatches differ: each applicable baseline with its microbatches longest
+    first and shortest first (one baseline at a time until ``until()``), then the order search of the
+    baseline fastest among ``out``; appended to ``out``. Nothing on a problem whose microbatches cost
+    the same (every order is data order there). The search is given no time limit (its count of
+    builds is fixed by the problem's size), so the result does not depend on the clock."""
+    out = [] if out is None else out
+    if not problem.per_microbatch:
+        return out
+    options = RunOptions(threads=1, seed=0, quiet=True, warm_start="none")
+    for method in baselines.METHODS:
+        if method.why_not(problem) is not None:
+            continue
+        if until():
+            return out
+        out += [s for s in ordered_baselines(problem, options, ("longest-first", "shortest-first"), [method.name])
+                if acceptable(s)]
+    names = {m.name for m in baselines.METHODS}
+    ranked = sorted((s for s in out if base_name(s.method.name) in names), key=lambda s: s.makespan)
+    if ranked and not until():
+        base = base_name(ranked[0].method.name)
+        out += [s for s in ordered_baselines(problem, options, ("search",), [base]) if acceptable(s)]
+    return out
+
+
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
                     deadline: float | None = None, sink: list[Schedule] | None = None,
                     max_tries: int | None = None) -> Schedule | None:
@@ -145,9 +178,10 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
         return deadline is not None and time.monotonic() > deadline
 
     baseline_warm_starts(problem, choice, time_limit, until, out=candidates)
-    if choice == "auto":  # then our plans, serial first (valid, cheap)
+    if choice == "auto":  # then our plans, serial first (valid, cheap), then other microbatch orders
         own_warm_starts(problem, until, at_least_one=not candidates,
                         beat=min((c.makespan for c in candidates), default=math.inf), out=candidates)
+        ordered_warm_starts(problem, until, out=candidates)
     return shortest(candidates)
 
 
@@ -197,25 +231,30 @@ def shortest(candidates: list[Schedule]) -> Schedule | None:
 def fifo_relabel(schedule: Schedule) -> Schedule:
     """The same schedule with microbatches renamed to satisfy the model's symmetry breaking.
 
-    Without transfers or recomputes each (stage, kind)'s slots go to microbatches in start
-    order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
-    offload or a recompute belongs to one (stage, microbatch)) whole microbatches are renamed
-    by the start of their F on stage 0. The result is checked; if it did not pass, the
+    Names are exchanged only within a class of identical microbatches (``ppsolve.solvers.symmetry``).
+    Without transfers or recomputes each (stage, kind)'s slots of a class go to its microbatches in
+    start order (the argument in ``constraints.symmetry`` shows this stays valid); with them (an
+    offload or a recompute belongs to one (stage, microbatch)) whole microbatches of a class are
+    renamed by the start of their F on stage 0. The result is checked; if it did not pass, the
     original is returned.
     """
     ops = list(schedule.ops)
+    classes = identical_classes(schedule.problem)
+    new = list(ops)
     if any(op.kind.is_transfer or op.kind is OpKind.R for op in ops):
-        firsts = sorted((op.start, op.microbatch) for op in ops if op.kind is OpKind.F and op.stage == 0)
-        rename = {j: rank for rank, (_, j) in enumerate(firsts)}
+        first = {op.microbatch: op.start for op in ops if op.kind is OpKind.F and op.stage == 0}
+        rename = {}
+        for members in classes:
+            rename.update(zip(sorted(members, key=lambda j: (first[j], j)), members))
         new = [op._replace(microbatch=rename[op.microbatch]) for op in ops]
     else:
+        of_class = {j: c for c, members in enumerate(classes) for j in members}
         groups: dict = {}
         for index, op in enumerate(ops):
-            groups.setdefault((op.stage, op.kind), []).append(index)
-        new = list(ops)
-        for indices in groups.values():
+            groups.setdefault((op.stage, op.kind, of_class[op.microbatch]), []).append(index)
+        for (_, _, c), indices in groups.items():
             indices.sort(key=lambda i: (ops[i].start, ops[i].microbatch))
-            for rank, i in enumerate(indices):
-                new[i] = ops[i]._replace(microbatch=rank)
+            for j, i in zip(classes[c], indices):
+                new[i] = ops[i]._replace(microbatch=j)
     relabelled = Schedule(schedule.problem, schedule.method, tuple(new))
     return relabelled if acceptable(relabelled) else schedule

@@ -278,8 +278,8 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         if op.kind is not _F or Op(_B, s, j) not in free_ops:
             continue
         off = by_op.get(Op(_OFF, s, j))
-        offloadable = can_offload and p.max_offload(s) > 0
-        if not (offloadable or (can_recompute and p.recompute_saving(s) > 0)):
+        offloadable = can_offload and p.max_offload(s, j) > 0
+        if not (offloadable or (can_recompute and p.recompute_saving(s, j) > 0)):
             continue
         if off is not None and not (offloadable and off.op in free_ops and Op(_REL, s, j) in free_ops):
             continue

@@ -6,7 +6,8 @@ again without them for the ones the caps refuse), and reads the bounds, so that
 that fits and how much faster the solve is; which ones the cap refuses and what
 they would need; whether a remaining gap is the bound's or the schedule's; which
 memory lever (recompute, offload) was used where and why; and what memory cap reaches the unbounded
-speed.
+speed. When microbatches differ, it also says what the best published schedule gives in data
+order and in the best microbatch order found (:func:`compare_orders`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from ppsolve.baselines.microbatch_order import base_name
+from ppsolve.baselines.portfolio import ordered_baselines
 from ppsolve.bounds import makespan_lower_bound, min_capacity
 from ppsolve.methods import INFEASIBLE, Method, RunOptions, published_methods, run_and_check
 from ppsolve.problem import Problem
@@ -60,14 +63,13 @@ class Advice:
     least_cap_command: str | None
     notes: tuple[str, ...] = field(default=())
     recompute: str | None = None  # None: the problem cannot recompute (no line)
+    best_order: Fit | None = None  # microbatches that differ: the best published schedule in another order
 
     @property
     def speedup(self) -> float | None:
         """How much faster the solve is than the best published schedule that fits (0.1 = 10 %); None when
         there is none, or when the solve takes no time and it does (every op of length 0 but a latency)."""
-        if self.best is None or self.makespan <= 0:
-            return 0.0 if self.best is not None and self.best.makespan <= 0 else None
-        return self.best.makespan / self.makespan - 1.0
+        return None if self.best is None else _speedup(self.makespan, self.best.makespan)
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +78,9 @@ class Advice:
                 "faster_by": None if self.speedup is None else round(self.speedup, 6)},
             "refused_by_capacity": [{"name": r.name, "needs": r.need, "device": r.device, "capacity": r.capacity,
                                      "makespan": r.makespan} for r in self.refused],
+            "best_published_order": None if self.best_order is None else {
+                "name": self.best_order.name, "makespan": self.best_order.makespan,
+                "peak_memory": self.best_order.peak},
             "gap": self.gap, "offload": self.offload, "recompute": self.recompute,
             "unbounded_makespan": self.unbounded_makespan,
             "least_capacity_for_unbounded_makespan": self.least_cap, "least_capacity_by": self.least_cap_by,
@@ -87,10 +92,13 @@ class Advice:
         if self.best is None:
             out.append("published schedules: none fits the memory cap")
         else:
-            faster = ("faster than" if self.speedup is None else "as fast as" if abs(self.speedup) < EPS
-                      else f"{self.speedup:.1%} faster than")
             out.append(f"best published schedule that fits: {self.best.name}, makespan {self.best.makespan:g} "
-                       f"(this solve is {faster} it)")
+                       f"(this solve is {_faster(self.makespan, self.best.makespan)} it)")
+        if self.best_order is not None:
+            data = "none fits the memory cap" if self.best is None else f"{self.best.name}, {self.best.makespan:g}"
+            order = self.best_order
+            out.append(f"this batch in data order: {data}; best published order: {order.name}, {order.makespan:g} "
+                       f"(this solve is {_faster(self.makespan, order.makespan)} it)")
         if self.refused:
             shown = "; ".join(f"{r.name} (makespan {r.makespan:g}) needs {r.need:g} on device {r.device}"
                               for r in self.refused[:SHOWN_REFUSALS])
@@ -108,6 +116,19 @@ class Advice:
         if self.least_cap_command is not None:
             out.append(f"least cap for the unbounded optimum: {self.least_cap_command}")
         return out
+
+
+def _speedup(makespan: float, other: float) -> float | None:
+    """How much faster ``makespan`` is than ``other`` (0.1 = 10 %); None when it takes no time and ``other`` does."""
+    if makespan <= 0:
+        return 0.0 if other <= 0 else None
+    return other / makespan - 1.0
+
+
+def _faster(makespan: float, other: float) -> str:
+    """"12.0% faster than", "as fast as" or (no time against some) "faster than"."""
+    speedup = _speedup(makespan, other)
+    return "faster than" if speedup is None else "as fast as" if abs(speedup) < EPS else f"{speedup:.1%} faster than"
 
 
 def _refusal(method: Method, problem: Problem) -> Refusal | None:
@@ -137,6 +158,22 @@ def compare_published(problem: Problem) -> tuple[Fit | None, list[Refusal]]:
             fits.append(Fit(method.name, outcome.schedule.makespan, max(outcome.schedule.peak_memory)))
     best = min(fits, key=lambda f: (f.makespan, f.peak), default=None)
     return best, sorted(refused, key=lambda r: r.makespan)
+
+
+def compare_orders(problem: Problem, best: Fit | None) -> Fit | None:
+    """When microbatches differ: the fastest published schedule within the caps in another microbatch
+    order (each one longest first and shortest first, then the order search of the fastest of those and
+    ``best``, the fastest in data order); None when the microbatches cost the same or none fits."""
+    if not problem.per_microbatch:
+        return None
+    names = [m.name for m in published_methods()]
+    found = [Fit(s.method.name, s.makespan, max(s.peak_memory))
+             for s in ordered_baselines(problem, RunOptions(), ("longest-first", "shortest-first"), names)]
+    leader = min(found + ([best] if best is not None else []), key=lambda f: (f.makespan, f.peak), default=None)
+    if leader is not None:
+        found += [Fit(s.method.name, s.makespan, max(s.peak_memory))
+                  for s in ordered_baselines(problem, RunOptions(), ("search",), [base_name(leader.name)])]
+    return min(found, key=lambda f: (f.makespan, f.peak), default=None)
 
 
 def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_path: str | None = None) -> str:
@@ -172,9 +209,10 @@ def _in_flight(problem: Problem, stage: int) -> str:
     """How many whole activations of ``stage`` its device's cap holds at once."""
     device = problem.placement[stage]
     cap = problem.capacity[device]
-    act = problem.activation[stage]
+    act = problem.activation.high(stage)
     held = int(cap / act + EPS)
-    return (f"the cap ({cap:g}) holds {held} whole activation{'' if held == 1 else 's'} of stage {stage} "
+    largest = " (its largest)" if problem.activation.varies else ""
+    return (f"the cap ({cap:g}) holds {held} whole activation{'' if held == 1 else 's'}{largest} of stage {stage} "
             f"on device {device} at once")
 
 
@@ -198,7 +236,7 @@ def explain_recompute(schedule: Schedule) -> str | None:
     text = f"{n} of {total} activations ({where}), {schedule.recompute_time:g} of compute time"
     if unbounded:
         return text + "; memory is unbounded"
-    first = min(by_stage, key=lambda s: (problem.capacity[problem.placement[s]] or 0) / problem.activation[s])
+    first = min(by_stage, key=lambda s: (problem.capacity[problem.placement[s]] or 0) / problem.activation.high(s))
     text += f"; {_in_flight(problem, first)}"
     return text + ("; no schedule at this makespan recomputes less (proven)" if _least_overhead_proven(schedule)
                    else "; the least recompute found at this makespan")
@@ -275,6 +313,7 @@ def advise(problem_path: str, schedule: Schedule, status: Status, lower_bound: f
     best, refused = compare_published(problem)
     unbounded, cap, by, command = least_cap(schedule, problem_path)
     return Advice(makespan=schedule.makespan, best=best, refused=tuple(refused),
+                  best_order=compare_orders(problem, best),
                   gap=explain_gap(schedule, status, lower_bound, problem_path), offload=explain_offload(schedule),
                   recompute=explain_recompute(schedule),
                   unbounded_makespan=unbounded, least_cap=cap, least_cap_by=by, least_cap_command=command)

@@ -29,3 +29,20 @@ def make_problem(d: int, m: int, placement: str = "linear", backward: str = "spl
     if offload is not None:
         data["offload"] = offload
     return problem_from_dict(data)
+
+
+
+def with_multipliers(problem: Problem, multipliers) -> Problem:
+    """``problem`` with every time and memory size of microbatch j times ``multipliers[j]``: a
+    per-microbatch problem (contract version 4), as packed batches of different lengths give."""
+    data = problem.to_dict()
+
+    def scaled(grid) -> list[list[float]]:
+        return [[grid.at(s, j) * k for j, k in enumerate(multipliers)] for s in range(problem.num_stages)]
+
+    for block, name in (("time", "forward"), ("time", "backward_input"), ("time", "backward_weight"),
+                        ("memory", "activation"), ("memory", "weight_hold")):
+        data[block][name] = scaled(getattr(problem, name))
+    if problem.recompute is not None:
+        data["recompute"] = {"keep": scaled(problem.recompute.keep), "time": scaled(problem.recompute.time)}
+    return problem_from_dict(data)

@@ -103,3 +103,23 @@ def run_schedule_and_compare(schedule: Schedule, model_path, ranks: int | None =
         f"max error {outcome.comparison.max_error:.3g} at {outcome.comparison.worst}; "
         f"missing {outcome.comparison.missing}")
     return outcome
+
+
+def per_microbatch(prob, mult: list[float],
+                   keys=("forward", "backward_input", "backward_weight", "activation", "weight_hold")):
+    """``prob`` with microbatch j of every stage costing ``mult[j]`` times the stage's value of each
+    field of ``keys`` (time fields, ``activation``, ``weight_hold``; version 4's S lists of m)."""
+    data = prob.to_dict()
+    for key in keys:
+        block = "memory" if key in ("activation", "weight_hold") else "time"
+        grid = getattr(prob, key)
+        data[block][key] = [[grid[s] * x for x in mult] for s in range(prob.num_stages)]
+    if prob.recompute is not None:  # keep <= activation for every microbatch
+        data["recompute"]["keep"] = [[prob.recompute.keep[s] * min(mult)] * len(mult)
+                                     for s in range(prob.num_stages)]
+    return problem_from_dict(data)
+
+
+def permuted(orders: list[list[Op]], perm: list[int]) -> list[list[Op]]:
+    """``orders`` with microbatch j renamed ``perm[j]``: the same order, other microbatches first."""
+    return [[Op(op.kind, op.stage, perm[op.microbatch]) for op in row] for row in orders]

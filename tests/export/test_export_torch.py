@@ -15,8 +15,10 @@ from ppsolve.export.torch_levers import side_plan
 from ppsolve.export.torch_replay import parse_rows, replay
 from ppsolve.methods import RunOptions, all_methods, run_method
 from ppsolve.problem import load_problem
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
 from tests.baselines.problems import make_problem as family_problem
-from tests.executor.helpers import mixed_levers, pipelined_orders
+from tests.executor.helpers import mixed_levers, per_microbatch, permuted, pipelined_orders
 from tests.helpers import ROOT, make_problem, one_f_one_b_orders, schedule_from_orders, serial_orders
 
 OFFLOAD = {"bandwidth": {"d2h": 1, "h2d": 1}}
@@ -165,6 +167,50 @@ def test_lever_plans_export_with_a_side_file(placement, tmp_path):
             (op.stage, op.microbatch) for op in schedule.ops if op.kind.value == "R")
         levers += bool(extra)
     assert levers >= 2
+
+
+MULT = [1.6, 0.5, 1.0, 2.2, 0.7, 0.4, 1.2, 0.4]
+PERMS = [[3, 0, 2, 1, 7, 5, 6, 4], [7, 6, 5, 4, 3, 2, 1, 0], [5, 1, 4, 0, 6, 2, 7, 3]]
+
+
+def _permuted_1f1b(problem, perm):
+    """A 1F1B-like order (1F1B itself on a linear placement) with its microbatches renamed by
+    ``perm``, timed on the problem's per-microbatch costs."""
+    orders = (one_f_one_b_orders(problem) if problem.placement == list(range(problem.devices))
+              else pipelined_orders(problem, lag=problem.devices - 1, w_delay=1))
+    return permuted(orders, perm)
+
+
+@pytest.mark.parametrize("placement", ["linear", "interleaved", "vshape"])
+@pytest.mark.parametrize("backward", ["split", "fused"])
+def test_per_microbatch_schedules_in_any_microbatch_order_export_and_replay(placement, backward):
+    problem = per_microbatch(family_problem(4, 8, placement, backward, "uneven"), MULT)
+    assert problem.per_microbatch
+    for perm in PERMS:
+        schedule = make_schedule(problem, simulate(problem, _permuted_1f1b(problem, perm)), "permuted-1f1b")
+        text = to_compute_comms_csv(schedule)
+        _assert_placed(text, schedule)
+        for row in parse_rows(text):  # each stage runs its forwards in the permuted order
+            for stage in {a.stage for a in row}:
+                assert [a.microbatch for a in row if a.kind == "F" and a.stage == stage] == perm
+
+
+def test_per_microbatch_levers_share_is_of_their_own_microbatch(tmp_path):
+    from ppsolve.problem import problem_from_dict
+    problem = per_microbatch(problem_from_dict(_with_levers(family_problem(2, 8).to_dict())), MULT)
+    problem = problem.replace(capacity=None)  # the levers here are placed by hand, not for a cap: export checks
+    orders = _permuted_1f1b(problem, PERMS[0])
+    pairs = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
+    schedule = mixed_levers(problem, orders, {p for p in pairs if sum(p) % 3 == 0},
+                            {p for p in pairs if sum(p) % 3 == 1})
+    path, out = tmp_path / "s.json", tmp_path / "s.csv"
+    schedule.save(path)
+    assert main(["export", str(path), "--to", "torch", "-o", str(out)]) == 0
+    _assert_placed(out.read_text(), schedule)
+    side = json.loads(plan_path(out).read_text())
+    offloads = [e for r in side["ranks"] for e in r["extra"] if e["kind"] == "OFFLOAD"]
+    assert len(offloads) == sum(1 for p in pairs if sum(p) % 3 == 1 and p[0] < problem.num_stages)
+    assert offloads and all(e["share"] == 1.0 for e in offloads)  # whole activations, of different sizes
 
 
 INSTANCES = sorted((ROOT / "instances").glob("*.json"))

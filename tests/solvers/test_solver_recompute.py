@@ -535,6 +535,7 @@ def test_shedding_trims_offloads_to_what_the_cap_needs():
     assert check(start).ok and start.offloaded == 4
     trimmed = trim_amounts(problem, list(start.ops))
     assert {(op.stage, op.amount) for op in trimmed if op.kind is OpKind.OFFLOAD} == {(0, 1.0), (1, 1.0)}
+    assert all(op.end - op.start == pytest.approx(op.amount) for op in trimmed if op.kind.is_transfer)  # bandwidth 1
     assert max(peak_memory(problem, trimmed)) <= 3 + 1e-9
     shed = shed_levers(start)
     assert check(shed).ok and shed.makespan <= start.makespan + 1e-9

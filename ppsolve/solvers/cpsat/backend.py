@@ -148,19 +148,19 @@ def _hint_window(m: _Model, window) -> None:
     for op, start in v.start.items():
         if not isinstance(start, int):
             m.model.add_hint(start, snap(at[op].start))
-            m.model.add_hint(v.end[op], snap(at[op].start) + sc.duration[(op.kind, op.stage)])
+            m.model.add_hint(v.end[op], snap(at[op].start) + sc.duration(op.kind, op.stage, op.microbatch))
     for (s, j), r in v.recompute.items():
         sop = at.get(Op(OpKind.R, s, j))
         if r.present is not None:
             m.model.add_hint(r.chosen, int(sop is not None))
         if sop is not None and not isinstance(r.start, int):
             m.model.add_hint(r.start, snap(sop.start))
-            m.model.add_hint(r.end, snap(sop.start) + sc.duration[(OpKind.R, s)])
+            m.model.add_hint(r.end, snap(sop.start) + sc.duration(OpKind.R, s, j))
     for (s, j), t in v.transfers.items():
         off, rel = at.get(Op(OpKind.OFFLOAD, s, j)), at.get(Op(OpKind.RELOAD, s, j))
         if t.present is not None:
             m.model.add_hint(t.chosen, int(off is not None))
-            amount = min(sc.memory(off.amount, up=False), sc.offload_amount[s]) if off is not None else 0
+            amount = min(sc.memory(off.amount, up=False), sc.offload_amount.at(s, j)) if off is not None else 0
             m.model.add_hint(t.amount, amount)
         for start, end, sop in ((t.off_start, t.off_end, off), (t.rel_start, t.rel_end, rel)):
             if isinstance(start, int) or sop is None:
@@ -178,7 +178,7 @@ def _transfer_ops(m: _Model, values: dict[int, int], keys) -> list[ScheduledOp]:
         t = v.transfers.get((s, j))
         if t is None or not values[t.chosen.Index()]:
             continue
-        amount = min(values[t.amount.Index()] / sc.memory_scale, p.max_offload(s))
+        amount = min(values[t.amount.Index()] / sc.memory_scale, p.max_offload(s, j))
         for kind, start in ((OpKind.OFFLOAD, t.off_start), (OpKind.RELOAD, t.rel_start)):
             x = sc.to_time(values[start.Index()])
             ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, j, amount=amount), amount))
@@ -194,7 +194,7 @@ def _recompute_ops(m: _Model, values: dict[int, int], keys) -> list[ScheduledOp]
         if r is None or isinstance(r.start, int) or (r.present is not None and not values[r.chosen.Index()]):
             continue
         x = sc.to_time(values[r.start.Index()])
-        ops.append(ScheduledOp(OpKind.R, s, j, p.placement[s], x, x + p.duration(OpKind.R, s)))
+        ops.append(ScheduledOp(OpKind.R, s, j, p.placement[s], x, x + p.duration(OpKind.R, s, j)))
     return ops
 
 
@@ -208,7 +208,7 @@ def _window_ops(m: _Model, window, values: dict[int, int]) -> list[ScheduledOp]:
             continue  # below
         if sop.kind.is_compute:
             t = sc.to_time(values[v.start[sop.op].Index()])
-            ops.append(sop._replace(start=t, end=t + p.duration(sop.kind, sop.stage)))
+            ops.append(sop._replace(start=t, end=t + p.duration(sop.kind, sop.stage, sop.microbatch)))
         elif key not in window.choosable:
             t = v.transfers[key]
             var = t.off_start if sop.kind is OpKind.OFFLOAD else t.rel_start
@@ -231,20 +231,20 @@ def _hint_from_schedule(m: _Model, schedule: Schedule) -> None:
     for op, start in v.start.items():
         s = sc.time(by_op[op].start)
         put(start, s)
-        put(v.end[op], s + sc.duration[(op.kind, op.stage)])
+        put(v.end[op], s + sc.duration(op.kind, op.stage, op.microbatch))
     for (s, j), r in v.recompute.items():
         rop = by_op.get(Op(OpKind.R, s, j))
         put(r.chosen, int(rop is not None))
         x = sc.time(rop.start) if rop else values[v.end[Op(OpKind.F, s, j)].Index()]
         put(r.start, x)
-        put(r.end, x + sc.duration[(OpKind.R, s)])
+        put(r.end, x + sc.duration(OpKind.R, s, j))
     split = v.problem.split_backward
     for (s, j), t in v.transfers.items():
         off = by_op.get(Op(OpKind.OFFLOAD, s, j))
         rel = by_op.get(Op(OpKind.RELOAD, s, j))
         put(t.chosen, int(off is not None))
-        amount = min(sc.memory(off.amount, up=False), sc.offload_amount[s]) if off else 0
-        a_r = min(amount, sc.activation[s] - (sc.weight_hold[s] if split else 0))
+        amount = min(sc.memory(off.amount, up=False), sc.offload_amount.at(s, j)) if off else 0
+        a_r = min(amount, sc.activation.at(s, j) - (sc.weight_hold.at(s, j) if split else 0))
         put(t.amount, amount)
         put(t.amount_r, a_r)
         put(t.amount_h, amount - a_r)
@@ -306,7 +306,7 @@ def _model_ops(m: _Model, values: dict[int, int]) -> list[ScheduledOp]:
     for op, start in v.start.items():
         t = sc.to_time(values[start.Index()])
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, p.placement[op.stage], t,
-                               t + p.duration(op.kind, op.stage)))
+                               t + p.duration(op.kind, op.stage, op.microbatch)))
     ops += _transfer_ops(m, values, sorted(v.transfers))
     ops += _recompute_ops(m, values, sorted(v.recompute))
     return ops

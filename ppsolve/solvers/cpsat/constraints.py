@@ -15,6 +15,7 @@ from ppsolve.dependencies import dependency_table
 from ppsolve.memory import memory_lags
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.cpsat.variables import Variables
+from ppsolve.solvers.symmetry import identical_classes, uniform
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -43,7 +44,7 @@ def precedences(v: Variables) -> None:
             end, earlier_present = _end(v, earlier)
             if end is None or (isinstance(start, int) and isinstance(end, int)):
                 continue  # a transfer the model does not have, or two fixed ops of a window
-            lag = v.scaling.time(dep.lag)
+            lag = v.scaling.time(dep.lag_of(p, j))
             constraint = m.add(start >= end + lag)
             conditions = [x for x in (present, earlier_present) if x is not None]
             if conditions:
@@ -141,8 +142,8 @@ def memory(v: Variables, capacity: Sequence) -> None:
         device = p.placement[s]
         if capacity[device] is None:
             continue
-        hold = sc.weight_hold[s] if p.split_backward else 0
-        r = sc.activation[s] - hold
+        hold = sc.weight_hold.at(s, j) if p.split_backward else 0
+        r = sc.activation.at(s, j) - hold
         f, b = v.start[Op(_F, s, j)], v.end[Op(_B, s, j)]
         w = v.end[Op(_W, s, j)] if p.split_backward else None
         t = v.transfers.get((s, j))
@@ -154,7 +155,7 @@ def memory(v: Variables, capacity: Sequence) -> None:
             if w is not None:
                 add(device, f, w, hold - a_h, f"mw_{s}_{j}", kept)
         if rc is not None:
-            k = sc.keep[s]
+            k = sc.keep.at(s, j)
             k_r = min(k, r)
             k_h = k - k_r
             add(device, f, b, k_r, f"kb_{s}_{j}", rc.present)
@@ -172,30 +173,34 @@ def memory(v: Variables, capacity: Sequence) -> None:
 
 
 def symmetry(v: Variables) -> None:
-    """Microbatches in index order, where that provably loses nothing.
+    """Interchangeable microbatches in index order, where that provably loses nothing.
 
-    Without offload: E(k(s,j)) <= S(k(s,j+1)) for every stage s and kind k.
-    Argument: microbatches are identical, so take any valid schedule and, for
-    each (stage, kind), hand its time slots to microbatches in index order
-    (the i-th earliest slot to microbatch i). Slot times do not move, so device
-    overlap and every memory event (which depends on the stage and kind only)
+    Within each class of identical microbatches (``ppsolve.solvers.symmetry``; every microbatch when
+    costs do not vary per microbatch), with members j < j' consecutive in the class:
+    Without offload: E(k(s,j)) <= S(k(s,j')) for every stage s and kind k.
+    Argument: the class's microbatches are identical, so take any valid schedule and, for
+    each (stage, kind), hand the class's time slots to its microbatches in index order
+    (the i-th earliest slot to the class's i-th microbatch). Slot times do not move, so device
+    overlap and every memory event (which depends on the stage, the kind and the costs only)
     are unchanged. Each dependency (rules 1-4) says a slot of one kind starts
-    after a slot of another kind ends (+ a latency fixed per stage pair); the
+    after a slot of another kind ends (+ a latency, equal within the class); the
     original labelling is a matching where every such pair holds, so the i
     earliest dependent slots start after i distinct prerequisite slots end,
     hence after the i-th earliest end: the sorted matching holds too.
 
     With offload (or recompute) the transfer (or R) of (s, j) ties its F slot to its B slot, and
     sorting F and B slots separately can break that pairing; only the global
-    relabelling of whole microbatches stays valid, which orders F(0, j).
+    relabelling of whole microbatches stays valid, which orders F(0, j) within each class.
+    Microbatches of different costs are never ordered: their order is the model's decision.
     """
     p, m = v.problem, v.model
     kinds = p.kinds if not paired(v) else (_F,)
     stages = range(p.num_stages) if not paired(v) else (0,)
-    for s in stages:
-        for kind in kinds:
-            for j in range(p.microbatches - 1):
-                m.add(v.end[Op(kind, s, j)] <= v.start[Op(kind, s, j + 1)])
+    for members in identical_classes(p):
+        for s in stages:
+            for kind in kinds:
+                for j, k in zip(members, members[1:]):
+                    m.add(v.end[Op(kind, s, j)] <= v.start[Op(kind, s, k)])
 
 
 def paired(v: Variables) -> bool:
@@ -205,19 +210,22 @@ def paired(v: Variables) -> bool:
 
 
 def memory_precedences(v: Variables, capacity: Sequence) -> None:
-    """Redundant, with microbatches in index order (``symmetry``, no offload): what the cap implies.
+    """Redundant, with every microbatch identical and in index order (``symmetry``, no offload): what
+    the cap implies (nothing when microbatches differ: they are not all in order).
 
     The lags :func:`ppsolve.memory.memory_lags` derives (F(s,j) after B(s,j-q), and after W(s,j-q')
     with a weight hold h), in model units. And with a = the activation, when q * a + h > cap (``NEXT_RELEASE``), B(s,j-q)'s end is not enough: W(s,j-q) or B(s,j-q+1)
     must have ended too (else its hold and q activations sit beside the new one), a disjunction.
     """
     p, sc, m = v.problem, v.scaling, v.model
+    if not uniform(p):
+        return
     for s in range(p.num_stages):
         cap = capacity[p.placement[s]]
-        a = sc.activation[s]
+        a = sc.activation.at(s, 0)  # every microbatch's
         if cap is None or a <= 0:
             continue
-        hold = sc.weight_hold[s] if p.split_backward else 0
+        hold = sc.weight_hold.at(s, 0) if p.split_backward else 0
         lags = memory_lags(cap, a, hold)
         q = lags[0][1]
         for kind, lag in lags:
@@ -235,17 +243,20 @@ def memory_precedences(v: Variables, capacity: Sequence) -> None:
 def tail_cuts(v: Variables, fifo: bool = True) -> None:
     """Redundant: C >= E(o) + tail(o), the longest chain of one microbatch that must follow o.
 
-    With microbatches in index order (``symmetry``, no offload) the last microbatch's op of each
-    (kind, stage) ends latest, so only its cut is needed. Transfers are left out of the chains
-    (they only add waits), so the cut holds with offload too.
+    Tails are those of each class of identical microbatches (``ppsolve.solvers.symmetry``). With
+    a class in index order (``symmetry``, no offload) its last microbatch's op of each (kind, stage)
+    ends latest, so only its cut is needed. Transfers are left out of the chains (they only add
+    waits), so the cut holds with offload too.
     """
-    p = v.problem
-    _, tails = heads_and_tails(p, lambda k, s: v.scaling.duration[(k, s)], v.scaling.time)
-    last = [p.microbatches - 1] if fifo and not paired(v) else range(p.microbatches)
-    for (kind, s), tail in tails.items():
-        if tail > 0:
-            for j in last:
-                v.model.add(v.makespan >= v.end[Op(kind, s, j)] + int(tail))
+    p, sc = v.problem, v.scaling
+    for members in identical_classes(p):
+        first = members[0]
+        _, tails = heads_and_tails(p, lambda k, s: sc.duration(k, s, first), sc.time)
+        last = members[-1:] if fifo and not paired(v) else members
+        for (kind, s), tail in tails.items():
+            if tail > 0:
+                for j in last:
+                    v.model.add(v.makespan >= v.end[Op(kind, s, j)] + int(tail))
 
 
 def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
@@ -264,12 +275,23 @@ def makespan(v: Variables, lower_bound: int, fifo: bool = True) -> None:
             m.add(v.makespan >= v.end[Op(_B, 0, j)])
     m.add(v.makespan >= lower_bound)
     # Redundant: every device's work fits between its earliest start and the makespan. Every op of a
-    # device comes after some F(first, j) of its lowest stage; with FIFO there (see symmetry) that is j = 0.
+    # device comes after some F(first, j) of its lowest stage; with each class in order (see symmetry) j is
+    # the first microbatch of some class.
+    leaders = [members[0] for members in identical_classes(p)] if fifo else []
     for device, stages in enumerate(p.stages_of_device):
         if not stages:  # a device without a stage (an explicit placement may leave one)
             continue
         first = min(stages)
         if not fifo or (paired(v) and first != 0):
             continue
-        load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
-        m.add(v.makespan >= v.start[Op(_F, first, 0)] + load)
+        load = sum(v.scaling.durations[k].total(s) for s in stages for k in p.kinds)
+        m.add(v.makespan >= earliest(v, [Op(_F, first, j) for j in leaders]) + load)
+
+
+def earliest(v: Variables, ops: list[Op]):
+    """The earliest start of ``ops``: the start itself for one op, else a new variable (their minimum)."""
+    if len(ops) == 1:
+        return v.start[ops[0]]
+    low = v.model.new_int_var(0, v.horizon, f"earliest_{ops[0].kind.value}_{ops[0].stage}")
+    v.model.add_min_equality(low, [v.start[op] for op in ops])
+    return low

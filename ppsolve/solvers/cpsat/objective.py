@@ -20,9 +20,9 @@ def offloaded_amount(v: Variables) -> cp_model.LinearExpr:
 
 
 def recompute_time(v: Variables) -> cp_model.LinearExpr:
-    """sum of r[s,j] * dur(R(s)) (model time units)."""
-    return sum(v.scaling.duration[(OpKind.R, s)] * (1 if r.chosen is True else r.chosen)
-               for (s, _), r in v.recompute.items())
+    """sum of r[s,j] * dur(R(s,j)) (model time units)."""
+    return sum(v.scaling.duration(OpKind.R, s, j) * (1 if r.chosen is True else r.chosen)
+               for (s, j), r in v.recompute.items())
 
 
 def minimise_overhead(v: Variables, makespan_cap: int) -> None:

@@ -102,7 +102,7 @@ class Variables:
 
 def optional_recompute(model: cp_model.CpModel, v: Variables, s: int, j: int, chosen, lo: int, hi: int) -> None:
     """An R of (s, j) present iff ``chosen`` (a literal or True), within [lo, hi]."""
-    dur = v.scaling.duration[(OpKind.R, s)]
+    dur = v.scaling.duration(OpKind.R, s, j)
     name = f"R_{s}_{j}"
     start = model.new_int_var(lo, max(lo, hi - dur), f"s_{name}")
     end = model.new_int_var(lo + dur, max(lo + dur, hi), f"e_{name}")
@@ -117,18 +117,19 @@ def optional_transfer(model: cp_model.CpModel, v: Variables, s: int, j: int, cho
     share when present, 0 when not; the whole share when ``whole``); their lengths follow the amount
     (:func:`transfer_rate`)."""
     sc, p = v.scaling, v.problem
-    top = sc.offload_amount[s]
-    r = sc.activation[s] - (sc.weight_hold[s] if p.split_backward else 0)
+    top = sc.offload_amount.at(s, j)
+    act = sc.activation.at(s, j)
+    r = act - (sc.weight_hold.at(s, j) if p.split_backward else 0)
     name = f"{s}_{j}"
     amount = model.new_int_var(0, top, f"amount_{name}")
     a_r = model.new_int_var(0, min(top, r), f"amount_r_{name}")
-    a_h = model.new_int_var(0, min(top, sc.activation[s] - r), f"amount_h_{name}")
+    a_h = model.new_int_var(0, min(top, act - r), f"amount_h_{name}")
     model.add(amount == a_r + a_h)
     model.add(amount >= (top if whole else 1)).only_enforce_if(chosen)
     model.add(amount == 0).only_enforce_if(chosen.Not())
     parts = []
     for kind, (lo, hi) in ((OpKind.OFFLOAD, off_bounds), (OpKind.RELOAD, rel_bounds)):
-        full = sc.duration[(kind, s)]
+        full = sc.duration(kind, s, j)
         size = model.new_int_var(0, full, f"size_{kind.value}_{name}")
         num, den = transfer_rate(p, sc, kind)
         model.add(size * den >= amount * num)
@@ -167,7 +168,7 @@ def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling,
     for index, op in enumerate(problem.compute_ops()):
         if index % 1000 == 0:
             check()  # the time budget (raises when model building runs out of time)
-        dur = scaling.duration[(op.kind, op.stage)]
+        dur = scaling.duration(op.kind, op.stage, op.microbatch)
         name = f"{op.kind.value}_{op.stage}_{op.microbatch}"
         start = model.new_int_var(0, max(0, H - dur), f"s_{name}")
         end = model.new_int_var(dur, H, f"e_{name}")
@@ -175,25 +176,24 @@ def build_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling,
         v.interval[op] = model.new_interval_var(start, dur, end, f"i_{name}")
     if offload and problem.offload is not None:
         for s in range(problem.num_stages):
-            if scaling.offload_amount[s] <= 0 or problem.max_offload(s) <= 0:
-                continue
             for j in range(problem.microbatches):
+                if scaling.offload_amount.at(s, j) <= 0 or problem.max_offload(s, j) <= 0:
+                    continue
                 optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"), (0, H), (0, H),
                                   whole_shares)
-    for s in recomputable_stages(problem, scaling) if recompute else ():
-        for j in range(problem.microbatches):
-            optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), 0, H)
+    for s, j in recomputable(problem, scaling) if recompute else ():
+        optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), 0, H)
     v.makespan = model.new_int_var(0, H, "makespan")
     v.keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
     return v
 
 
-def recomputable_stages(problem: Problem, scaling: Scaling) -> list[int]:
-    """The stages whose recompute saves memory in the model."""
-    if problem.recompute is None or not scaling.keep:
+def recomputable(problem: Problem, scaling: Scaling) -> list[Key]:
+    """The (stage, microbatch) whose recompute saves memory in the model."""
+    if problem.recompute is None or scaling.keep is None:
         return []
-    return [s for s in range(problem.num_stages)
-            if problem.recompute_saving(s) > 0 and scaling.keep[s] < scaling.activation[s]]
+    return [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)
+            if problem.recompute_saving(s, j) > 0 and scaling.keep.at(s, j) < scaling.activation.at(s, j)]
 
 
 class EmptyWindow(Exception):
@@ -231,24 +231,24 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
             check()
         if sop.kind.is_compute and sop.kind is not OpKind.R:
             op = sop.op
-            v.start[op], v.end[op], v.interval[op] = timed(op, sc.duration[(op.kind, op.stage)])
+            v.start[op], v.end[op], v.interval[op] = timed(op, sc.duration(op.kind, op.stage, op.microbatch))
     for op, sop in window.fixed.items():
         if op.kind.is_compute and op.kind is not OpKind.R:
             v.start[op], v.end[op] = down(sop.start), up(sop.end)
     free = {sop.op: sop for sop in window.free}
-    recomputable = set(recomputable_stages(problem, sc))
+    can_recompute = set(recomputable(problem, sc)) if window.choosable else set()
     for s, j in sorted(window.choosable):
         op = Op(OpKind.R, s, j)
-        if s in recomputable and op in window.low:
+        if (s, j) in can_recompute and op in window.low:
             lo, hi = up(window.low[op]), down(window.high[op])
-            if lo + sc.duration[(OpKind.R, s)] <= hi:
+            if lo + sc.duration(OpKind.R, s, j) <= hi:
                 optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), lo, hi)
     for op in [o for o in list(free) + list(window.fixed) if o.kind is OpKind.R]:
         key = (op.stage, op.microbatch)
         if key in window.choosable:
             continue
         if op in free:
-            start, end, interval = timed(op, sc.duration[(OpKind.R, op.stage)])
+            start, end, interval = timed(op, sc.duration(OpKind.R, op.stage, op.microbatch))
             v.recompute[key] = Recompute(True, start, end, interval)
         else:
             sop = window.fixed[op]
@@ -257,7 +257,7 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
     for s, j in sorted(transfer_keys | set(window.choosable)):
         off, rel = Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j)
         if (s, j) in window.choosable:
-            if problem.offload is not None and sc.offload_amount[s] > 0 and problem.max_offload(s) > 0:
+            if problem.offload is not None and sc.offload_amount.at(s, j) > 0 and problem.max_offload(s, j) > 0:
                 lo_off, lo_rel = up(window.low[off]), up(window.low[rel])
                 optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"),
                                   (lo_off, max(lo_off, down(window.high[off]))),
@@ -276,8 +276,9 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
                 parts.append((down(sop.start), up(sop.end), None))
         if parts is None:
             continue
-        amount = min(sc.memory(sop.amount, up=False), sc.activation[s])
-        a_r = min(amount, sc.activation[s] - (sc.weight_hold[s] if problem.split_backward else 0))
+        act = sc.activation.at(s, j)
+        amount = min(sc.memory(sop.amount, up=False), act)
+        a_r = min(amount, act - (sc.weight_hold.at(s, j) if problem.split_backward else 0))
         (os_, oe, oi), (rs, re_, ri) = parts
         v.transfers[(s, j)] = Transfer(True, amount, os_, oe, oi, rs, re_, ri, a_r, amount - a_r)
     top = max(window.tails.values(), default=0.0) + max(window.high.values())

@@ -107,7 +107,8 @@ def _symmetry(task: PhaseTask, choices: bool) -> str:
 def _levers(task: PhaseTask) -> tuple[bool, bool]:
     """(offload, recompute): which memory levers the model decides."""
     problem, scaling, options = task.problem, task.scaling, task.options
-    offload = options.offload and problem.can_offload and any(a > 0 for a in scaling.offload_amount)
+    offload = options.offload and problem.can_offload and any(
+        scaling.offload_amount.high(s) > 0 for s in range(problem.num_stages))
     recompute = getattr(options, "recompute", True) and problem.can_recompute
     return offload, recompute
 
@@ -279,10 +280,10 @@ def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
             continue
         t = sc.to_time(snap(values[var.name]))
         ops.append(ScheduledOp(op.kind, op.stage, op.microbatch, p.placement[op.stage], t,
-                               t + p.duration(op.kind, op.stage)))
+                               t + p.duration(op.kind, op.stage, op.microbatch)))
     for (s, j), tr in v.transfers.items():
-        amount = min(p.max_offload(s), _snap(values[tr.amount.name]) / sc.memory_scale)
-        if values[tr.chosen.name] > 0.5 and amount > MIN_AMOUNT * max(1.0, p.max_offload(s)):
+        amount = min(p.max_offload(s, j), _snap(values[tr.amount.name]) / sc.memory_scale)
+        if values[tr.chosen.name] > 0.5 and amount > MIN_AMOUNT * max(1.0, p.max_offload(s, j)):
             for kind, var in ((OpKind.OFFLOAD, tr.off), (OpKind.RELOAD, tr.rel)):
                 x = sc.to_time(snap(values[var.name]))
                 ops.append(ScheduledOp(kind, s, j, p.placement[s], x, x + p.duration(kind, s, j, amount=amount), amount))

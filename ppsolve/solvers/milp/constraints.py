@@ -20,6 +20,7 @@ import pulp
 from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
 from ppsolve.solvers.milp.variables import Variables
+from ppsolve.solvers.symmetry import identical_classes
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -58,7 +59,7 @@ def precedences(v: Variables) -> None:
             end, dep_chosen = _time(v, dep.op(op.microbatch), at_end=True)
             if end is None:
                 continue  # an optional dependency on an op the model does not have
-            lag = v.scaling.time(dep.lag)
+            lag = v.scaling.time(dep.lag_of(p, op.microbatch))
             x = chosen if chosen is not None else dep_chosen
             v.tick()
             if x is None:
@@ -146,7 +147,7 @@ def memory(v: Variables, capacity: Sequence, check: Callable[[], None] = lambda:
             continue
         check()
         items = [(s, j) for s in stages for j in range(p.microbatches)]
-        big = sum(sc.activation[s] for s in stages) * p.microbatches
+        big = sum(sc.activation.total(s) for s in stages)
         for e in items:
             check()
             fe = Op(_F, *e)
@@ -159,15 +160,15 @@ def memory(v: Variables, capacity: Sequence, check: Callable[[], None] = lambda:
                 v.lp += _memory_at_reload(v, e, items) <= cap + big * (1 - te.chosen)
 
 
-def _parts(v: Variables, s: int) -> tuple[int, int]:
-    """(r, h): the part of stage s's activation released at E(B), and at E(W)."""
-    hold = v.scaling.weight_hold[s] if v.problem.split_backward else 0
-    return v.scaling.activation[s] - hold, hold
+def _parts(v: Variables, key) -> tuple[int, int]:
+    """(r, h): the part of (s, j)'s activation released at E(B), and at E(W)."""
+    hold = v.scaling.weight_hold.at(*key) if v.problem.split_backward else 0
+    return v.scaling.activation.at(*key) - hold, hold
 
 
-def _saving(v: Variables, s: int) -> int:
-    """What a recomputed activation of stage s leaves off its device between F and R (model units)."""
-    return v.scaling.activation[s] - v.scaling.keep[s]
+def _saving(v: Variables, key) -> int:
+    """What a recomputed activation of (s, j) leaves off its device between F and R (model units)."""
+    return v.scaling.activation.at(*key) - v.scaling.keep.at(*key)
 
 
 def _constant(x) -> int | None:
@@ -227,12 +228,12 @@ def _memory_at_compute(v: Variables, c: Op, items) -> pulp.LpAffineExpression:
     terms = []
     for k in items:
         s = k[0]
-        r, h = _parts(v, s)
+        r, h = _parts(v, k)
         rk = v.recomputes.get(k)
         if k == e:  # c's own (s, j): allocated; a recomputed F keeps only its checkpoint until R
             terms.append(r + h)
             if c.kind is _F and rk is not None:
-                terms.append(-_saving(v, s) * rk.chosen)
+                terms.append(-_saving(v, k) * rk.chosen)
             continue
         fk = Op(_F, *k)
         started = v.before(fk, c)
@@ -245,7 +246,7 @@ def _memory_at_compute(v: Variables, c: Op, items) -> pulp.LpAffineExpression:
             not_yet = v.before(c, rk.op)
             if _constant(not_yet) != 0:
                 w = v.fraction(f"w_{s}_{k[1]}_{_tag(c)}", 1, [rk.chosen, started, not_yet])
-                terms.append(-_saving(v, s) * w)
+                terms.append(-_saving(v, k) * w)
         if k in v.transfers:
             back = _reloaded_by(v, k, c)
             if _constant(back) != 1:
@@ -261,7 +262,7 @@ def _memory_at_reload(v: Variables, e, items) -> pulp.LpAffineExpression:
     terms = []
     for k in items:
         s = k[0]
-        r, h = _parts(v, s)
+        r, h = _parts(v, k)
         if k == e:
             terms.append(r + h)  # its own reload has brought the whole activation back
             continue
@@ -277,7 +278,7 @@ def _memory_at_reload(v: Variables, e, items) -> pulp.LpAffineExpression:
             not_yet = _reloaded_by(v, e, rk.op)
             if _constant(not_yet) != 0:
                 w = v.fraction(f"w_{s}_{k[1]}_{_tag(rel_e)}", 1, [rk.chosen, started, not_yet])
-                terms.append(-_saving(v, s) * w)
+                terms.append(-_saving(v, k) * w)
         if k in v.transfers:
             rel_k = Op(_REL, *k)
             z = v.lane_order.get((rel_e, rel_k))
@@ -297,27 +298,31 @@ def _released(v: Variables, op: Op, at, rel_e: Op, fe: Op, be: Op):
 
 
 def symmetry(v: Variables) -> None:
-    """Microbatches in index order where that provably loses nothing (the argument is in
-    ``ppsolve.solvers.cpsat.constraints.symmetry``): E(k(s,j)) <= S(k(s,j+1)) for every (stage, kind)
-    without offload and recompute ("all"); only F of stage 0 otherwise ("first": a microbatch's
-    choices go with it when whole microbatches are relabelled)."""
+    """The microbatches of each class of identical ones (``ppsolve.solvers.symmetry``) in index order,
+    where that provably loses nothing (the argument is in ``ppsolve.solvers.cpsat.constraints.symmetry``):
+    E(k(s,j)) <= S(k(s,j')) for j, j' consecutive in a class, for every (stage, kind) without offload
+    and recompute ("all"); only F of stage 0 otherwise ("first": a microbatch's choices go with it
+    when whole microbatches are relabelled). Microbatches of different costs are not ordered."""
     p = v.problem
     if v.symmetry == "none":
         return
     kinds = p.kinds if v.symmetry == "all" else (_F,)
     stages = range(p.num_stages) if v.symmetry == "all" else (0,)
-    for s in stages:
-        for kind in kinds:
-            for j in range(p.microbatches - 1):
-                v.lp += v.end(Op(kind, s, j)) <= v.start[Op(kind, s, j + 1)]
+    for members in identical_classes(p):
+        for s in stages:
+            for kind in kinds:
+                for j, k in zip(members, members[1:]):
+                    v.lp += v.end(Op(kind, s, j)) <= v.start[Op(kind, s, k)]
 
 
 def makespan(v: Variables, lower_bound: int) -> None:
     """C >= E(o) for every op with no successor (W when split, B(0, j) when fused); C >= the
     foundation's bound; and per device, with its load the F, B and W of its stages and each R it
     chooses: C >= the earliest head of its ops + its load, and C >= S(F(first, 0)) + its load when
-    FIFO orders its first stage (every op of the device comes after F(first, 0))."""
+    FIFO orders its first stage (every op of the device comes after F(first, 0); so only when every
+    microbatch is in one class of identical ones, ``ppsolve.solvers.symmetry``)."""
     p = v.problem
+    leaders = [members[0] for members in identical_classes(p)]
     for j in range(p.microbatches):
         if p.split_backward:
             for s in range(p.num_stages):
@@ -329,10 +334,10 @@ def makespan(v: Variables, lower_bound: int) -> None:
         if not stages:  # a device without a stage (an explicit placement may leave one)
             continue
         first = min(stages)
-        load = sum(v.scaling.duration[(k, s)] for s in stages for k in p.kinds) * p.microbatches
+        load = sum(v.scaling.durations[k].total(s) for s in stages for k in p.kinds)
         load += pulp.lpSum(v.dur(rc.op) * rc.chosen for (s, _), rc in v.recomputes.items() if s in stages)
-        if v.recomputes:
-            v.lp += v.makespan >= min(v.head[Op(k, s, 0)] for s in stages for k in p.kinds) + load
-        if v.symmetry == "none" or (v.symmetry == "first" and first != 0):
+        if v.recomputes:  # a class's first microbatch has its least heads (its later ones follow it)
+            v.lp += v.makespan >= min(v.head[Op(k, s, j)] for s in stages for k in p.kinds for j in leaders) + load
+        if v.symmetry == "none" or (v.symmetry == "first" and first != 0) or len(leaders) > 1:
             continue
         v.lp += v.makespan >= v.start[Op(_F, first, 0)] + load

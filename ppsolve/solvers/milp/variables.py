@@ -26,6 +26,7 @@ from ppsolve.bounds import heads_and_tails
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.symmetry import class_positions, identical_classes
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 Key = tuple[int, int]  # (stage, microbatch)
@@ -50,17 +51,18 @@ def _path(a: Op, b: Op) -> bool:
     return False
 
 
-def implied_before(a: Op, b: Op, symmetry: str) -> bool:
+def implied_before(a: Op, b: Op, symmetry: str, classes: tuple[int, ...]) -> bool:
     """Whether the constraints already force a to end before b starts (no order binary needed).
 
     ``symmetry``: "all" (every (stage, kind) in microbatch order), "first" (only F of stage 0,
-    the offload case) or "none" (see ``constraints.symmetry``). For j(a) < j(b): under "all",
-    a(j) ends before a(j') starts, so a precedes b when b is a's kind and stage or depends on
-    it; under "first", F(0, j) precedes every op of a later microbatch.
+    the offload case) or "none" (see ``constraints.symmetry``), among the microbatches of one class
+    of identical ones (``classes[j]``: the class of microbatch j, ``ppsolve.solvers.symmetry``). For
+    j(a) < j(b) of one class: under "all", a(j) ends before a(j') starts, so a precedes b when b is
+    a's kind and stage or depends on it; under "first", F(0, j) precedes every op of a later microbatch.
     """
     if a.microbatch == b.microbatch:
         return _path(a, b)
-    if a.microbatch > b.microbatch:
+    if a.microbatch > b.microbatch or classes[a.microbatch] != classes[b.microbatch]:
         return False
     if symmetry == "all":
         return (a.kind, a.stage) == (b.kind, b.stage) or _path(a, b)
@@ -77,23 +79,33 @@ def _ordered(kind: OpKind, stage: int, symmetry: str) -> bool:
 def windows(problem: Problem, scaling: Scaling, symmetry: str) -> tuple[dict[Op, int], dict[Op, int]]:
     """(head, tail) of every compute op in model units: S(o) >= head(o), and C >= E(o) + tail(o).
 
-    From one microbatch's chains (``ppsolve.bounds.heads_and_tails``), and where the symmetry
-    breaking orders the microbatches of a (kind, stage): op j has j of them before it and
-    m - 1 - j after it. Under "first" or "all" every op of microbatch j follows F(0, j).
+    From the chains of one microbatch of each class of identical ones (``ppsolve.bounds.heads_and_tails``,
+    ``ppsolve.solvers.symmetry``), and where the symmetry breaking orders the class's microbatches of a
+    (kind, stage): the class's i-th has i of them before it and n - 1 - i after it (n its size).
+    Under "first" or "all" every op of a class's microbatch follows F(0) of the class's earlier ones.
     """
-    heads, tails = heads_and_tails(problem, lambda k, s: scaling.duration[(k, s)], scaling.time)
-    m, d_first = problem.microbatches, scaling.duration[(_F, 0)]
+    chains = {}
+    for c, members in enumerate(identical_classes(problem)):
+        first = members[0]
+        chains[c] = heads_and_tails(problem, lambda k, s: scaling.duration(k, s, first), scaling.time)
     head, tail = {}, {}
-    for op in problem.compute_ops():
-        key, j, dur = (op.kind, op.stage), op.microbatch, scaling.duration[(op.kind, op.stage)]
+    for op, (c, rank, size) in zip(problem.compute_ops(), _positions(problem)):
+        heads, tails = chains[c]
+        key, dur = (op.kind, op.stage), scaling.duration(op.kind, op.stage, op.microbatch)
         h, t = int(heads[key]), int(tails[key])
         if symmetry != "none":
-            h += j * d_first
+            h += rank * scaling.duration(_F, 0, op.microbatch)
         if _ordered(op.kind, op.stage, symmetry):
-            h = max(h, int(heads[key]) + j * dur)
-            t += (m - 1 - j) * dur
+            h = max(h, int(heads[key]) + rank * dur)
+            t += (size - 1 - rank) * dur
         head[op], tail[op] = h, t
     return head, tail
+
+
+def _positions(problem: Problem) -> list[tuple[int, int, int]]:
+    """(class, rank, size) of the microbatch of each op of ``problem.compute_ops()``, in that order."""
+    positions = class_positions(problem)
+    return [positions[op.microbatch] for op in problem.compute_ops()]
 
 
 @dataclass
@@ -136,6 +148,7 @@ class Variables:
     scaling: Scaling
     horizon: int
     symmetry: str
+    classes: tuple[int, ...]  # the class of identical microbatches of each microbatch
     continuous: bool = False  # times (and the makespan) are continuous variables
     start: dict[Op, pulp.LpVariable] = field(default_factory=dict)  # F, B, W, and every R the model may add
     order: dict[tuple[Op, Op], pulp.LpVariable] = field(default_factory=dict)
@@ -161,7 +174,7 @@ class Variables:
             self.check()
 
     def dur(self, op: Op) -> int:
-        return self.scaling.duration[(op.kind, op.stage)]
+        return self.scaling.duration(op.kind, op.stage, op.microbatch)
 
     def end(self, op: Op):
         return self.start[op] + self.dur(op)
@@ -185,9 +198,9 @@ class Variables:
             return self.order[(a, b)]
         if (b, a) in self.order:
             return 1 - self.order[(b, a)]
-        if implied_before(a, b, self.symmetry):
+        if implied_before(a, b, self.symmetry, self.classes):
             return 1
-        if implied_before(b, a, self.symmetry):
+        if implied_before(b, a, self.symmetry, self.classes):
             return 0
         raise KeyError(f"no order between {a} and {b}")
 
@@ -233,7 +246,8 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
     ``check`` is called now and then (the time budget raises from it).
     """
     offload = offload and problem.offload is not None
-    v = Variables(lp, problem, scaling, horizon, symmetry, continuous=offload, check=check)
+    classes = tuple(c for c, _, _ in class_positions(problem))
+    v = Variables(lp, problem, scaling, horizon, symmetry, classes, continuous=offload, check=check)
     head, tail = windows(problem, scaling, symmetry)
     for op in problem.compute_ops():
         latest = max(0, horizon - v.dur(op) - tail[op])
@@ -248,7 +262,7 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
     for device, ops in per_device.items():
         check()
         for a, b in combinations(ops, 2):
-            if not (implied_before(a, b, symmetry) or implied_before(b, a, symmetry)):
+            if not (implied_before(a, b, symmetry, classes) or implied_before(b, a, symmetry, classes)):
                 v.order[(a, b)] = v.binary(f"y_{_name(a)}_{_name(b)}")
                 v.tick()
     if offload:
@@ -256,10 +270,10 @@ def build_variables(lp: pulp.LpProblem, problem: Problem, scaling: Scaling, hori
         ratio = scaling.time_scale / scaling.memory_scale
         per_off, per_rel = ratio / problem.offload.d2h, ratio / problem.offload.h2d
         for s in range(problem.num_stages):
-            most = scaling.offload_amount[s]
-            if most <= 0 or problem.max_offload(s) <= 0:
-                continue
             for j in range(problem.microbatches):
+                most = scaling.offload_amount.at(s, j)
+                if most <= 0 or problem.max_offload(s, j) <= 0:
+                    continue
                 v.transfers[(s, j)] = Transfer(
                     v.binary(f"x_{s}_{j}"), lp.add_variable(f"a_{s}_{j}", 0, most, cat=pulp.LpContinuous), most,
                     v.time(f"O_{s}_{j}", 0, horizon), v.time(f"L_{s}_{j}", 0, horizon), per_off, per_rel)
@@ -272,9 +286,9 @@ def _recomputes(v: Variables) -> None:
     window: after F(s, j) ends, and ending before B(s, j) can start at the latest."""
     p, sc = v.problem, v.scaling
     for s in range(p.num_stages):
-        if p.recompute_saving(s) <= 0 or sc.activation[s] - sc.keep[s] <= 0:
-            continue
         for j in range(p.microbatches):
+            if p.recompute_saving(s, j) <= 0 or sc.activation.at(s, j) - sc.keep.at(s, j) <= 0:
+                continue
             op, f, b = Op(_R, s, j), Op(_F, s, j), Op(_B, s, j)
             head = v.head[f] + v.dur(f)
             latest = v.latest_end[b] - v.dur(b) - v.dur(op)
