@@ -7,6 +7,7 @@ every baseline output re-times to itself.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import deque
@@ -94,9 +95,12 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                          seconds=time.perf_counter() - started, **extra)
 
 
+@functools.lru_cache(maxsize=8)
 def lower_bound(problem: Problem) -> float:
     """The makespan lower bound (:func:`ppsolve.bounds.makespan_lower_bound`); where the bounds do not
-    read per-microbatch costs, the busiest device's load (a valid bound, though a weaker one)."""
+    read per-microbatch costs, the busiest device's load (a valid bound, though a weaker one). Remembered
+    for the last few problems: a warm start builds many schedules of one problem (greedy asks twice a
+    build), and the bound of a per-microbatch problem costs as much as a list schedule of it."""
     try:
         return makespan_lower_bound(problem).value
     except PerMicrobatchError:

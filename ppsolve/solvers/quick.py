@@ -2,7 +2,8 @@
 
 A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
 (:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
-candidates: a first answer in milliseconds (1F1B, else the serial plan), then the warm start's
+candidates: a first answer in milliseconds (1F1B, else the serial plan), on a per-microbatch problem the
+memory-aware list scheduler in a few microbatch orders (:func:`ordered_greedy`), then the warm start's
 candidates (``ppsolve.solvers.warm_start``: the baselines and our plans). In the rest it improves the
 shortest: on a per-microbatch problem, keeping each device's op order, two microbatches swap places
 (microbatch a runs where b ran and b where a ran), the plan is timed by the simulator, and a swap that
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 import random
 import time
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
+from ppsolve.baselines import get_baseline
+from ppsolve.baselines.microbatch_order import in_order, longest_first, shortest_first
 from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
-from ppsolve.errors import InputError
+from ppsolve.errors import InputError, PpsolveError
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op
 from ppsolve.problem import Problem
@@ -39,6 +42,8 @@ from ppsolve.tolerance import EPS, exceeds, slack
 
 NAME = "quick"  # the schedule's method name
 FIRST = "1f1b"  # the quickest baseline to build
+GREEDY = "greedy"  # the baseline the quick path runs in other microbatch orders (it keeps the caps by itself)
+SHORT_ENDS = "short-ends"
 
 
 def load_bound(problem: Problem) -> float:
@@ -56,6 +61,14 @@ def model_pays_off(options: SolveOptions, ops: int) -> bool:
     return options.time_limit >= knobs.model_seconds + knobs.model_seconds_per_op * ops
 
 
+def short_ends(problem: Problem) -> list[int]:
+    """A microbatch order with the cheapest microbatches at both ends and the costliest in the middle: the
+    pipeline fills behind the first microbatch and drains behind the last, so short ones there waste least
+    (sorted by critical cost, every second one to the front, the others from the back)."""
+    ranked = shortest_first(problem)
+    return ranked[1::2] + ranked[0::2][::-1]
+
+
 def first_answer(problem: Problem, out: list[Schedule]) -> list[Schedule]:
     """An answer in milliseconds, appended to ``out``: 1F1B in data order where it applies and fits, else the
     serial plan (which fits whenever any schedule does without levers)."""
@@ -65,10 +78,30 @@ def first_answer(problem: Problem, out: list[Schedule]) -> list[Schedule]:
     return out
 
 
+def ordered_greedy(problem: Problem, until: Callable[[], bool], out: list[Schedule]) -> list[Schedule]:
+    """On a per-microbatch problem, the memory-aware list scheduler (the ``greedy`` baseline) with its
+    microbatches in the orders ``short_ends``, shortest first and longest first (one build each, until
+    ``until()``), appended to ``out`` when they pass the checker."""
+    greedy = get_baseline(GREEDY)
+    if not problem.per_microbatch or greedy.why_not(problem) is not None:
+        return out
+    options = RunOptions(threads=1, seed=0, quiet=True, warm_start="none")
+    for name, order in ((SHORT_ENDS, short_ends), ("shortest-first", shortest_first), ("longest-first", longest_first)):
+        if until():
+            break
+        try:
+            schedule = in_order(greedy, problem, order(problem), options, f"{GREEDY}@{name}")
+        except PpsolveError:
+            continue
+        if acceptable(schedule):
+            out.append(schedule)
+    return out
+
+
 def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
                 notes: list[str]) -> tuple[list[Schedule], bool]:
-    """The candidates found in the heuristics' share of the time limit (a first answer, then the warm
-    start's), and whether they were cut short. They are made in a worker thread that starts
+    """The candidates found in the heuristics' share of the time limit (the orders of :func:`ordered_greedy`,
+    then the warm start's), and whether they were cut short. They are made in a worker thread that starts
     none after the share; the one it is making then is waited for until the time kept for checking (the
     search gets what is left), and left to end unobserved after that, unless none has ended, when the
     first one is waited for (1F1B or the serial plan, unless ``warm_start`` names a method)."""
@@ -85,9 +118,13 @@ def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
                                // max(1, ops)))
         share_end = guard if budget.deterministic else budget.t0 + knobs.warm_start_share * T
 
+        def until() -> bool:
+            return (tries is not None and len(found) >= tries) or time.monotonic() > share_end
+
         def candidates() -> None:
             if options.warm_start == "auto":
                 first_answer(problem, found)
+                ordered_greedy(problem, until, found)
             best_warm_start(problem, options.warm_start, knobs.warm_start_share * T, share_end, sink=found,
                             max_tries=tries)  # past its deadline it still makes one plan when none was found
 

@@ -14,7 +14,7 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers.api import NoSolutionError, SolveOptions
 from ppsolve.solvers.phases import model_ops, solve
-from ppsolve.solvers.quick import device_orders, first_answer, model_pays_off, order_search
+from ppsolve.solvers.quick import device_orders, first_answer, model_pays_off, order_search, ordered_greedy, short_ends
 from tests.helpers import ROOT, make_problem, one_f_one_b_orders
 
 PER_MICROBATCH = ROOT / "instances" / "per-microbatch" / "example.json"
@@ -79,7 +79,21 @@ def test_no_heuristic_no_schedule():
         solve(problem, SolveOptions(time_limit=0.3, warm_start="none"))
 
 
-def test_first_answer_passes_the_checker():
+def test_short_ends_puts_the_cheapest_at_both_ends():
+    problem = load_problem(PER_MICROBATCH)
+    order = short_ends(problem)
+    work = problem.microbatch_work
+    assert sorted(order) == list(range(problem.microbatches))
+    cheapest = sorted(range(problem.microbatches), key=lambda j: (work[j], j))
+    assert {order[0], order[-1]} == set(cheapest[:2])
+    assert max(work) == work[order[len(order) // 2 - 1]] or max(work) == work[order[len(order) // 2]]
+
+
+def test_first_answer_and_the_ordered_list_schedules_pass_the_checker():
     problem = load_problem(PER_MICROBATCH)
     found = first_answer(problem, [])
     assert len(found) == 1 and check(found[0]).ok
+    ordered = ordered_greedy(problem, lambda: False, [])
+    assert [s.method.name for s in ordered] == ["greedy@short-ends", "greedy@shortest-first", "greedy@longest-first"]
+    assert all(check(s).ok for s in ordered)
+    assert ordered_greedy(make_problem(devices=2, microbatches=4), lambda: False, []) == []  # equal microbatches
