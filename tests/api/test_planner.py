@@ -8,10 +8,14 @@ import pytest
 
 import ppsolve
 from ppsolve.checker import check
+from ppsolve.costmodel import Layout, hardware_of_gpu, load_transformer, problem_for_batch
+from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import InputError
 from ppsolve.problem import load_problem
 from tests.api.test_solve_api import LARGE, QUICK_WITH_TIME
-from tests.helpers import make_problem, one_f_one_b_orders
+from tests.helpers import ROOT, make_problem, one_f_one_b_orders
+
+LLAMA = ROOT / "models" / "transformers" / "llama-3-8b-like.json"
 
 
 def test_plans_in_a_thread_what_solve_plans():
@@ -64,3 +68,21 @@ def test_closed_planner_refuses_new_plans():
     planner.close()
     with pytest.raises(RuntimeError):
         planner.submit(make_problem())
+
+
+@pytest.mark.xfail(raises=PerMicrobatchError, reason="the bounds read one value per stage until v4bounds lands")
+def test_the_per_step_loop_of_the_readme():
+    """Each step's documents -> its problem -> a plan made while the step before runs; every plan checked."""
+    model, gpu = load_transformer(LLAMA), hardware_of_gpu("H100")
+    batches = [[4000, 300, 3000, 900], [8000, 100, 100], [2000, 2000, 2000, 2000, 500]]
+    plan = lambda batch: problem_for_batch(model, gpu, Layout(devices=2, microbatches=1), batch)  # noqa: E731
+    planned = []
+    with ppsolve.Planner(time_limit=0.5, threads=1) as planner:
+        future = planner.submit(plan(batches[0]))
+        for k, batch in enumerate(batches):
+            schedule = future.result(timeout=60)
+            if k + 1 < len(batches):
+                future = planner.submit(plan(batches[k + 1]))
+            planned.append((plan(batch), schedule))
+    for problem, schedule in planned:
+        assert check(schedule).ok and schedule.problem == problem
