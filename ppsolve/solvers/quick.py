@@ -4,7 +4,7 @@ A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay 
 (:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
 candidates: a first answer in milliseconds (1F1B, else the serial plan), on a per-microbatch problem the
 memory-aware list scheduler in a few microbatch orders (:func:`ordered_greedy`), then the warm start's
-candidates (``ppsolve.solvers.warm_start``: the baselines and our plans). In the rest it improves the
+baselines and plans (``ppsolve.solvers.warm_start``). In the rest it improves the
 shortest: on a per-microbatch problem, keeping each device's op order, two microbatches swap places
 (microbatch a runs where b ran and b where a ran), the plan is timed by the simulator, and a swap that
 shortens it within every capacity is kept (:func:`order_search`; seeded by ``SolveOptions.seed``); a
@@ -19,6 +19,7 @@ may not be reproducible).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Callable, NamedTuple
@@ -37,7 +38,8 @@ from ppsolve.solvers.api import NoSolutionError, SolveOptions, SolveResult, Stat
 from ppsolve.solvers.budget import Budget
 from ppsolve.solvers.overhead_windows import overhead_key
 from ppsolve.solvers.shed import shed_levers
-from ppsolve.solvers.warm_start import acceptable, best_warm_start, given_warm_start, own_warm_starts, shortest
+from ppsolve.solvers.warm_start import (acceptable, baseline_warm_starts, given_warm_start, own_warm_starts,
+                                        shortest)
 from ppsolve.tolerance import EPS, exceeds, slack
 
 NAME = "quick"  # the schedule's method name
@@ -100,11 +102,13 @@ def ordered_greedy(problem: Problem, until: Callable[[], bool], out: list[Schedu
 
 def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
                 notes: list[str]) -> tuple[list[Schedule], bool]:
-    """The candidates found in the heuristics' share of the time limit (the orders of :func:`ordered_greedy`,
-    then the warm start's), and whether they were cut short. They are made in a worker thread that starts
-    none after the share; the one it is making then is waited for until the time kept for checking (the
-    search gets what is left), and left to end unobserved after that, unless none has ended, when the
-    first one is waited for (1F1B or the serial plan, unless ``warm_start`` names a method)."""
+    """The candidates found in the heuristics' share of the time limit, and whether they were cut short:
+    :func:`first_answer`, :func:`ordered_greedy`, then the warm start's baselines and plans (not its
+    other microbatch orders, whose search cannot stop before its count of builds). They are made in a
+    worker thread that starts none after the share, nor one that would end after the time kept for
+    checking; the one it is making then is waited for until that time (the search gets what is left),
+    and left to end unobserved after that, unless none has ended, when the first one is waited for
+    (1F1B or the serial plan, unless ``warm_start`` names a method)."""
     knobs, T = options.settings.quick, budget.time_limit
     found: list[Schedule] = [given_warm_start(problem, s) for s in (options.warm_schedule,) if s is not None]
     cut = False
@@ -118,15 +122,24 @@ def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
                                // max(1, ops)))
         share_end = guard if budget.deterministic else budget.t0 + knobs.warm_start_share * T
 
+        asked = [time.monotonic()]  # when until() was last asked
+
         def until() -> bool:
-            return (tries is not None and len(found) >= tries) or time.monotonic() > share_end
+            """Asked before each candidate: no more after the share, nor (unless deterministic) one that would
+            end after the guard if it took as long as the one before it."""
+            now, took = time.monotonic(), time.monotonic() - asked[0]
+            asked[0] = now
+            late = not budget.deterministic and now + took > guard
+            return (tries is not None and len(found) >= tries) or now > share_end or late
 
         def candidates() -> None:
             if options.warm_start == "auto":
                 first_answer(problem, found)
                 ordered_greedy(problem, until, found)
-            best_warm_start(problem, options.warm_start, knobs.warm_start_share * T, share_end, sink=found,
-                            max_tries=tries)  # past its deadline it still makes one plan when none was found
+            baseline_warm_starts(problem, options.warm_start, knobs.warm_start_share * T, until, out=found)
+            if options.warm_start == "auto":
+                own_warm_starts(problem, until, at_least_one=not found, out=found,
+                                beat=min((s.makespan for s in found), default=math.inf))
 
         # no candidate starts after the share; the one being made may end until the guard (the search's
         # time); with nothing found by then, the first candidate is waited for
