@@ -15,11 +15,12 @@ from typing import Iterable
 from ppsolve.dependencies import RULES as DEPENDENCY_RULES, dependency_table
 from ppsolve.errors import PpsolveError
 from ppsolve.memory import memory_events, peak_memory
+from ppsolve.metric_warnings import metric_warnings
 from ppsolve.gcpause import without_gc
 from ppsolve.ops import COMPUTE_KINDS, TRANSFER_KINDS, Op, OpKind
 from ppsolve.schedule import Schedule, ScheduledOp
 from ppsolve.simulator import retime
-from ppsolve.tolerance import MODEL_EPS, exceeds, slack
+from ppsolve.tolerance import exceeds, slack
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -312,19 +313,5 @@ def check(schedule: Schedule) -> CheckReport:
     if complete and not any(v.rule == "device" for v in checker.violations):
         checker.retiming(report)
     report.violations = checker.violations
-    report.warnings = _metric_warnings(schedule)
+    report.warnings = metric_warnings(schedule)
     return report
-
-
-def _metric_warnings(schedule: Schedule) -> list[str]:
-    """Differences between the metrics written in the file and those recomputed from its ops."""
-    stated = schedule.file_metrics or {}
-    out = []
-    tol = MODEL_EPS * max(1.0, schedule.makespan)
-    if "makespan" in stated and abs(stated["makespan"] - schedule.makespan) > tol:
-        out.append(f"metrics.makespan says {stated['makespan']:g}, the ops give {schedule.makespan:g}")
-    peaks = stated.get("peak_memory")
-    if peaks is not None and (len(peaks) != len(schedule.peak_memory) or
-                              any(abs(a - b) > tol for a, b in zip(peaks, schedule.peak_memory))):
-        out.append(f"metrics.peak_memory says {peaks}, the ops give {[round(p, 9) for p in schedule.peak_memory]}")
-    return out

@@ -14,9 +14,18 @@ earlier runs, damaged (many duplicated ops, dropped ops, shifted times, odd amou
 paths (newlines, missing directories). Every schedule a run writes is checked by ``ppsolve check`` in
 the same child.
 
+Witness runs (``COMMAND*`` in the summary; ``fuzz_witness``, written apart from ppsolve and its tests):
+a valid odd problem (zero-length ops, tiny numbers, dust offloads, recompute that saves nothing) with a
+schedule that is valid by the contract's own reading. ``check`` must accept the witness with no metric
+warning; ``export``, ``plot`` and ``run`` (both runtimes, with the gradient check) must take it; ``solve``
+and ``bound`` may not call the problem infeasible, nor prove an optimum or a bound above the witness's
+makespan, and ``solve`` warm-started from the witness may not end above it. Each breach counts as a
+wrong answer.
+
 Counts, per command and in all: tracebacks (an exception that escaped ``main``), runs whose peak RSS
 passed 4 GiB or that ran out of memory, runs over their time limit + 15 s, runs whose error was not one
-line, schedules written that ``check`` refused. Exits 1 if any. ``--list-failures`` prints each.
+line, schedules written that ``check`` refused, wrong answers on witness problems. Exits 1 if any.
+``--list-failures`` prints each.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from pathlib import Path
 import matplotlib  # imported before forking: each child starts warm
 
 from benchmarks.harness import ROOT
+from benchmarks.reports.fuzz_witness import odd_problem, witness
 
 matplotlib.use("Agg")
 import ppsolve.commands.plot  # noqa: E402,F401
@@ -240,6 +250,7 @@ class Campaign:
         self.verbose = verbose
         self.outcomes: dict[str, Counter] = defaultdict(Counter)
         self.failures: list[str] = []
+        self.wrong = 0  # failures that are wrong answers about a witness problem (see fuzz_witness)
         self.schedules: list[Path] = []  # written and checked by earlier runs
         self.peak_rss = 0
         self.runs = 0
@@ -255,8 +266,10 @@ class Campaign:
         path.write_text(text_damage(self.rng, text) if damage else text, errors="surrogatepass")
         return path
 
-    def run(self, argv: list[str], limit: float = 0.0, writes: str | None = None, what: str = "") -> None:
-        """Fork a child that runs ``main(argv)`` (then ``check`` on ``writes`` when it was written)."""
+    def run(self, argv: list[str], limit: float = 0.0, writes: str | None = None, what: str = "",
+            judge=None, label: str | None = None) -> None:
+        """Fork a child that runs ``main(argv)`` (then ``check`` on ``writes`` when it was written);
+        ``judge(code, stdout)``, when given, says what is wrong with the answer (None: nothing)."""
         command = argv[0]
         report = self.path("report.json")
         out_path, err_path = self.path("out.txt"), self.path("err.txt")
@@ -290,7 +303,7 @@ class Campaign:
         if harness.exists():
             print("harness error:", harness.read_text()[-800:], file=sys.stderr)
         err = err_path.read_text(errors="replace") if err_path.exists() else ""
-        outcome = self.outcomes[command]
+        outcome = self.outcomes[label or command]
         problems = []
         if killed:
             problems.append(f"over its time limit + {GRACE:g} s ({elapsed:.0f} s)")
@@ -310,9 +323,15 @@ class Campaign:
                             + result.get("check_err", "")[:200])
         if code == 1 and command not in ("check", "run"):
             problems.append("exit 1 (internal error): " + err.strip()[-200:])
+        if judge is not None and not problems:
+            out = out_path.read_text(errors="replace") if out_path.exists() else ""
+            wrong = judge(code, out)
+            if wrong:
+                self.wrong += 1
+                problems.append(f"wrong answer: {wrong}; exit {code}; " + (err.strip() or out.strip())[-300:])
         if problems:
             outcome["FAIL"] += 1
-            line = f"{command} {what}: {'; '.join(problems)} | argv: {_short(argv)}"
+            line = f"{label or command} {what}: {'; '.join(problems)} | argv: {_short(argv)}"
             self.failures.append(line)
             if self.list_failures:
                 print("FAIL", line, file=sys.stderr, flush=True)
@@ -350,9 +369,11 @@ class Campaign:
     def case(self) -> None:
         rng = self.rng
         command = rng.choices(["bound", "baseline", "solve", "check", "plot", "export", "schema", "problem",
-                               "frontier", "bench", "profile", "run", "usage"],
-                              weights=[14, 22, 11, 14, 6, 7, 2, 8, 1, 1, 0.5, 0.5, 2])[0]
-        if command == "bound":
+                               "frontier", "bench", "profile", "run", "usage", "witness"],
+                              weights=[14, 22, 11, 14, 6, 7, 2, 8, 1, 1, 0.5, 0.5, 2, 25])[0]
+        if command == "witness":
+            self.witness_case()
+        elif command == "bound":
             path, what = self.problem_input()
             self.run(["bound", str(path)] + rng.choice([[], ["--json"], ["--split", "1", "--threads", "1"]]),
                      limit=1.0, what=what)
@@ -426,6 +447,74 @@ class Campaign:
         else:  # odd command lines
             self.run(rng.choice([["solve", "--time-limt", "3"], ["bnd"], ["bound"], ["plot"], ["--version"],
                                  ["check", "a\nb.json"], ["bound", "/dev/null"], ["bound", str(self.folder)]]))
+
+    def witness_case(self) -> None:
+        """A valid odd problem and its witness schedule (``fuzz_witness``): no command may call the problem
+        infeasible, prove an optimum or a bound above the witness's makespan, or refuse the witness."""
+        rng = self.rng
+        schedule = witness(rng, odd_problem(rng), rng.choice([0, 0, 0.5]))
+        span = schedule["metrics"]["makespan"]
+        tol = 1e-6 * max(1.0, span)
+        problem_path = self.write(schedule["problem"], "odd.json", damage=False)
+        witness_path = self.write(schedule, "witness.json", damage=False)
+        what = "witness " + json.dumps({k: v for k, v in schedule["problem"].items() if k not in ("format", "name")})
+        command = rng.choices(["check", "solve", "bound", "baseline", "export", "plot", "run"],
+                              weights=[20, 20, 20, 15, 15, 5, 5])[0]
+        label = f"{command}*"
+
+        def valid(code: int | None, out: str) -> str | None:
+            if code != 0:
+                return f"{command} refuses a valid schedule"
+            if command == "check" and "warning:" in out:
+                return "check disagrees with the witness's metrics (computed by the contract)"
+            return None
+
+        def feasible(code: int | None, out: str) -> str | None:
+            if code == 3:
+                return f"{command} calls a problem infeasible that the witness schedules"
+            if command == "bound" and code == 0:
+                try:
+                    bound = json.loads(out)["makespan_lower_bound"]
+                except (ValueError, KeyError, TypeError):
+                    return "bound --json printed no makespan_lower_bound"
+                if bound > span + tol:
+                    return f"lower bound {bound:g} above the witness's makespan {span:g}"
+            if command == "solve" and code == 0 and Path(out_file).exists():
+                written = json.loads(Path(out_file).read_text())
+                method, written = written["method"], written["metrics"]["makespan"]
+                if (method.get("lower_bound") or 0) > span + tol:
+                    return f"lower bound {method['lower_bound']:g} above the witness's makespan {span:g}"
+                if method["status"] == "optimal" and written > span + tol:
+                    return f"'optimal' {written:g} above the witness's makespan {span:g}"
+                if "--warm-start" in argv and written > span + tol:
+                    return f"{written:g} from the witness ({span:g}) as its warm start"
+            return None
+
+        out_file, argv = str(self.path("out.json")), []
+        if command == "check":
+            self.run(["check", str(witness_path)], what=what, judge=valid, label=label)
+        elif command == "solve":
+            argv = ["solve", str(problem_path), "-o", out_file, "--time-limit", "2", "--quiet"]
+            argv += rng.choice([[], [], ["--solver", "milp"], ["--threads", "1"], ["--warm-start", str(witness_path)]])
+            self.run(argv, limit=2.0, writes=out_file, what=what, judge=feasible, label=label)
+        elif command == "bound":
+            self.run(["bound", str(problem_path), "--json"], limit=1.0, what=what, judge=feasible, label=label)
+        elif command == "baseline":
+            self.run(["baseline", str(problem_path), "-m", rng.choice(METHODS[:-1]), "-o", out_file],
+                     writes=out_file, what=what, label=label)
+        elif command == "export":
+            self.run(["export", str(witness_path), "--to", rng.choice(["torch", "chrome-trace"]),
+                      "-o", out_file], what=what, judge=valid, label=label)
+        elif command == "plot":
+            self.run(["plot", str(witness_path), "-o", str(self.path("gantt.png"))], what=what, judge=valid,
+                     label=label)
+        else:  # both runtimes, with the gradient check, on a toy MLP of one layer per stage
+            stages = schedule["problem"]["devices"] * schedule["problem"]["chunks"]
+            model = {"format": "ppsolve/model@1", "name": "mlp-witness", "kind": "mlp", "width": 8,
+                     "layers": stages, "micro_batch_size": 2, "seed": 0}
+            self.run(["run", str(witness_path), "--model", str(self.write(model, "mlp.json", damage=False)),
+                      "--steps", "1", "--device", "cpu", "--check", "--runtime", rng.choice(["ppsolve", "torch"]),
+                      "--timeout", "60"], limit=60.0, what=what, judge=valid, label=label)
 
     def problem_command(self) -> None:
         rng = self.rng
@@ -534,13 +623,14 @@ def main_campaign() -> int:
         shutil.rmtree(folder, ignore_errors=True)
     total = Counter()
     print(f"{campaign.runs} runs (seed {args.seed}) in {time.monotonic() - began:.0f} s; "
-          f"largest peak RSS of a run {campaign.peak_rss / 2 ** 20:.0f} MiB")
+          f"largest peak RSS of a run {campaign.peak_rss / 2 ** 20:.0f} MiB; COMMAND* runs are on witness problems")
     for command, outcome in sorted(campaign.outcomes.items()):
         counts = {k: v for k, v in sorted(outcome.items()) if k != "seconds"}
         runs = sum(counts.values())
         total.update(counts)
         print(f"  {command:9} {runs:5} runs, {outcome['seconds'] / max(1, runs):5.2f} s each: {counts}")
-    print(f"failures: {len(campaign.failures)}")
+    print(f"failures: {len(campaign.failures)} (wrong answers about a witness: {campaign.wrong}; tracebacks: "
+          f"{sum('traceback' in line for line in campaign.failures)})")
     for line in campaign.failures[:50]:
         print("  " + line)
     return 1 if campaign.failures else 0

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ppsolve.bounds import makespan_lower_bound
-from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -97,14 +96,10 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
 
 @functools.lru_cache(maxsize=8)
 def lower_bound(problem: Problem) -> float:
-    """The makespan lower bound (:func:`ppsolve.bounds.makespan_lower_bound`); where the bounds do not
-    read per-microbatch costs, the busiest device's load (a valid bound, though a weaker one). Remembered
-    for the last few problems: a warm start builds many schedules of one problem (greedy asks twice a
-    build), and the bound of a per-microbatch problem costs as much as a list schedule of it."""
-    try:
-        return makespan_lower_bound(problem).value
-    except PerMicrobatchError:
-        return max(problem.device_load(d) for d in range(problem.devices))
+    """:func:`ppsolve.bounds.makespan_lower_bound`, remembered for the last few problems: a warm start builds
+    many schedules of one problem (greedy asks twice a build), and the bound of a per-microbatch problem
+    costs about as much as a list schedule of it (0.1 s of CPU at d = 8, m = 32)."""
+    return makespan_lower_bound(problem).value
 
 
 def over_capacity(problem: Problem, ops: Sequence) -> list[tuple[int, float, float]]:

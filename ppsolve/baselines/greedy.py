@@ -23,7 +23,6 @@ and on small problems the best block of the building-block search within the cap
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 from dataclasses import replace
 
 from ppsolve.baselines.common import SMALL_OPS, finish, lower_bound, most_offload, smallest
@@ -32,7 +31,6 @@ from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
 from ppsolve.bounds import min_capacity, require_feasible_capacity
-from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -139,17 +137,13 @@ def build_greedy(problem: Problem, options: RunOptions) -> Schedule:
     """Within the caps; with ``ignore_capacity`` and caps no schedule can keep, within the least that works."""
     started = time.perf_counter()
     try:
-        with suppress(PerMicrobatchError):  # bounds that read one value per stage: the search judges
-            require_feasible_capacity(problem)
+        require_feasible_capacity(problem)
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, problem.capacity)
     except InfeasibleError:
         if not options.ignore_capacity:
             raise
-        try:
-            least = min_capacity(problem)
-            caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
-        except PerMicrobatchError:  # bounds that read one value per stage: no cap
-            caps = (None,) * problem.devices
+        least = min_capacity(problem)
+        caps = tuple(None if c is None else max(c, n) for c, n in zip(problem.capacity, least))
         (makespan, offloaded, orders, amounts, ops, peaks), policy = _search(problem, caps)
     if isinstance(policy, str):
         params = {"order": policy}

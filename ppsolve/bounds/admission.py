@@ -23,6 +23,12 @@ least a given head and at least a given tail).
 
 Stages other than 0, on device 0 or elsewhere, are left out of the memory count: a relaxation,
 so the bound stays valid for every placement.
+
+Per-microbatch costs (contract version 4): the microbatch that starts k-th is not known, so the
+starts count with the least of each figure over the microbatches (the least allocation, kept share,
+weight hold, F(0) and time to B(0)'s and W(0)'s end, which only admits more (a, h) and earlier
+ends), and the m - k microbatches that start last bring at least the m - k least works of the
+chosen op kinds. ``heads`` and ``tails`` are then the least over the microbatches.
 """
 
 from __future__ import annotations
@@ -44,14 +50,16 @@ def admission_starts(problem: Problem, heads: dict) -> list[float] | None:
     (no cap on stage 0's device, or all of its activation may go to host memory)."""
     device = problem.placement[0]
     cap = problem.capacity[device]
-    act, kept = forward_allocates(problem, 0), least_held(problem, 0)
+    every = range(problem.microbatches)
+    act = min(forward_allocates(problem, 0, j) for j in every)
+    kept = min(least_held(problem, 0, microbatch=j) for j in every)
     if cap is None or kept <= EPS:
         return None
     split = problem.split_backward
-    hold = problem.weight_hold[0] if split else 0.0
-    to_b_end = heads[(OpKind.B, 0)] + problem.duration(OpKind.B, 0)
-    to_w_end = heads[(OpKind.W, 0)] + problem.duration(OpKind.W, 0) if split else to_b_end
-    forward = problem.forward[0]
+    hold = problem.weight_hold.low(0) if split else 0.0
+    to_b_end = heads[(OpKind.B, 0)] + problem.durations[OpKind.B].low(0)
+    to_w_end = heads[(OpKind.W, 0)] + problem.durations[OpKind.W].low(0) if split else to_b_end
+    forward = problem.forward.low(0)
     starts: list[float] = []
     for j in range(problem.microbatches):
         # earlier microbatches whose B(0, .) has not ended: 0..most, taken in blocks
@@ -96,7 +104,12 @@ def admission_bound(problem: Problem, device: int, starts: list[float] | None, h
             chosen = [key for key in kinds if heads[key] >= h - EPS and tails[key] >= q - EPS]
             if not chosen:
                 continue
-            work = sum(problem.duration(*key) for key in chosen)
-            # t_k + h + (m - k) * work + q, at its largest over k
-            best = max(best, float(np.max(t - k * work)) + m * work + h + q)
+            if not problem.per_microbatch:
+                work = sum(problem.duration(*key, 0) for key in chosen)
+                # t_k + h + (m - k) * work + q, at its largest over k
+                best = max(best, float(np.max(t - k * work)) + m * work + h + q)
+                continue
+            works = sorted(sum(problem.duration(*key, j) for key in chosen) for j in range(m))
+            least = np.concatenate([[0.0], np.cumsum(works)])  # least[n]: the n least works
+            best = max(best, float(np.max(t + least[m - k])) + h + q)
     return best

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
-from ppsolve.dependencies import dependency_table, depth
+from ppsolve.bounds.chains import (Chains, _one_microbatch, columns, critical_path, heads_and_tails,  # noqa: F401
+                                   longest_from, microbatch_chains)
+from ppsolve.bounds.relaxation import least_costs
 from ppsolve.errors import InfeasibleError
 from ppsolve.bounds.held import forward_allocates, least_held
 from ppsolve.bounds.idle import Group, least_starts, most_work
@@ -53,145 +54,84 @@ class MakespanBound:
         return next(ties, candidates[0][1])
 
 
-Durations = Callable[[OpKind, int], float]
 MAX_IDLE_TIMES = 256  # times t_B at which the idle before the first B is evaluated, at most (in blocks beyond)
 
 
-def _one_microbatch(problem: Problem, duration: Durations | None = None,
-                    lag: Callable[[float], float] | None = None) -> tuple[list[tuple[OpKind, int]], dict, dict]:
-    """The compute ops of one microbatch in dependency order, their durations and dependencies.
-
-    Read from the one dependency table; transfers are left out (they only add waits, so every
-    path below stays a lower bound). ``duration`` and ``lag`` map to other units (a solver
-    model's); by default the problem's.
-    """
-    duration = duration or problem.duration
-    lag = lag or (lambda x: x)
-    table = dependency_table(problem, problem.kinds)
-    order = sorted(table, key=lambda key: depth(problem, *key))
-    durations = {key: duration(*key) for key in order}
-    deps = {key: [(d.kind, d.stage, lag(d.lag)) for d in table[key] if not d.optional] for key in order}
-    return order, durations, deps
-
-
-def _longest_from(problem: Problem, source: tuple[OpKind, int] | None, duration: Durations | None = None,
-                  lag: Callable[[float], float] | None = None) -> dict:
-    """Earliest start of every compute op of one microbatch relative to the start of ``source``
-    (None: from time 0, every op reachable); ops that do not follow ``source`` are absent."""
-    order, duration, deps = _one_microbatch(problem, duration, lag)
-    start: dict = {}
-    for key in order:
-        if key == source or (source is None and not deps[key]):
-            start[key] = max([0.0] + [start[(k, s)] + duration[(k, s)] + lag
-                                      for k, s, lag in deps[key] if (k, s) in start])
-            continue
-        reached = [start[(k, s)] + duration[(k, s)] + lag for k, s, lag in deps[key] if (k, s) in start]
-        if reached:
-            start[key] = max(reached)
-    return start
-
-
-def _tails(problem: Problem, duration: Durations | None = None, lag: Callable[[float], float] | None = None) -> dict:
-    """For every compute op of one microbatch, the least time that must pass after it ends."""
-    order, duration, deps = _one_microbatch(problem, duration, lag)
-    tail = {key: 0.0 for key in order}
-    for key in reversed(order):
-        for k, s, lag in deps[key]:
-            tail[(k, s)] = max(tail[(k, s)], lag + duration[key] + tail[key])
-    return tail
-
-
-def heads_and_tails(problem: Problem, duration: Durations | None = None,
-                    lag: Callable[[float], float] | None = None) -> tuple[dict, dict]:
-    """Per (kind, stage) of the compute ops of one microbatch: the earliest start from the
-    microbatch's first op, and the least time that must pass after it ends (``duration`` and
-    ``lag`` as in :func:`_one_microbatch`)."""
-    return _longest_from(problem, None, duration, lag), _tails(problem, duration, lag)
-
-
-@dataclass(frozen=True)
-class _Chains:
-    """Per stage, from one microbatch's dependency chains (latencies included): the earliest start
-    of F(s, j) and of B(s, j), and the least time that must pass after F(s, j) and after B(s, j) end."""
-
-    f_head: tuple[float, ...]
-    b_head: tuple[float, ...]
-    f_tail: tuple[float, ...]
-    b_tail: tuple[float, ...]
-
-
-def _chains(problem: Problem, heads: dict, tails: dict) -> _Chains:
-    S = range(problem.num_stages)
-    return _Chains(tuple(heads[(OpKind.F, s)] for s in S), tuple(heads[(OpKind.B, s)] for s in S),
-                   tuple(tails[(OpKind.F, s)] for s in S), tuple(tails[(OpKind.B, s)] for s in S))
-
-
-def critical_path(problem: Problem, heads: dict | None = None, tails: dict | None = None) -> float:
-    """One microbatch forward through every stage and backward to the first, with p2p latency
-    (``heads`` and ``tails`` from :func:`heads_and_tails` when the caller has them)."""
-    if heads is None or tails is None:
-        heads, tails = heads_and_tails(problem)
-    return max(heads[key] + problem.duration(*key) + tails[key] for key in heads)
-
-
-def device_bound(problem: Problem, device: int, chains: _Chains) -> float:
+def device_bound(problem: Problem, device: int, chains: Chains) -> float:
     """Head + load + tail of one device.
 
     Two valid bounds, the larger is kept: (a) the earliest start of any of its
     ops, plus all its compute, plus what must follow its last op (with split
     backward a W can be last, so nothing); (b) with split backward, the same
     for its F and B ops alone, after which the W of that B and the backward
-    chain below it still have to run.
+    chain below it still have to run. Loads are sums over the microbatches; the
+    head and the tail are the least over them (whichever microbatch comes first or last).
     """
     stages = problem.stages_of_device[device]
     if not stages:
         return 0.0
-    heads, tails = chains.f_head, chains.b_tail
-    head = min(heads[s] for s in stages)
-    m = problem.microbatches
+    items = chains.items(stages)
+    head = min(chains.f_head[i] for i in items)
     load = problem.device_load(device)
+    after_last_b = min(chains.b_tail[i] for i in items)
     if not problem.split_backward:
-        return head + load + min(tails[s] for s in stages)
-    fb_load = m * sum(problem.forward[s] + problem.backward_input[s] for s in stages)
-    after_last_b = min(tails[s] for s in stages)
+        return head + load + after_last_b
+    fb_load = chains.weight * sum(problem.forward.at(*i) + problem.backward_input.at(*i) for i in items)
     return max(head + load, head + fb_load + after_last_b)
 
 
-def _lifetime(problem: Problem, stage: int) -> float:
+def _lifetime(problem: Problem, stage: int, microbatch: int) -> float:
     """Least time from F(s, j) starting to B(s, j) ending: the round trip to the last stage and back."""
-    after = _longest_from(problem, (OpKind.F, stage))
-    return after[(OpKind.B, stage)] + problem.duration(OpKind.B, stage)
+    after = longest_from(problem, (OpKind.F, stage), microbatch)
+    return after[(OpKind.B, stage)] + problem.duration(OpKind.B, stage, microbatch)
 
 
-def memory_bound(problem: Problem, device: int, chains: _Chains) -> float:
+def _least_sum(values: list[float], weight: int, count: int) -> float:
+    """The sum of the ``count`` smallest of ``values``, each standing for ``weight`` equal ones."""
+    if min(values) == max(values):
+        return count * values[0]
+    total, left = 0.0, count
+    for v in sorted(values):
+        take = min(weight, left)
+        total, left = total + take * v, left - take
+        if not left:
+            break
+    return total
+
+
+def memory_bound(problem: Problem, device: int, chains: Chains) -> float:
     """A makespan bound from the memory cap of ``device`` (0 when it is unbounded): the larger of
     the round trips in flight (below) and memory x time (:func:`memory_time_bound`).
 
-    Microbatch j keeps at least ``least_held(s)`` of stage s on the device over
+    Microbatch j keeps at least ``least_held(s, j)`` of stage s on the device over
     [start of F(s, j), end of B(s, j)) (its activation less the offloadable share,
     or its checkpoint when recomputed; an R only lengthens it), an interval of at least
-    the round-trip time L_s. A cap C lets at most q = floor(C / kept) of these
-    half-open intervals overlap. Intervals that overlap at most q at a time split
-    into q chains of disjoint ones, so one chain holds ceil(m / q) of them:
-    makespan >= (earliest F(s)) + ceil(m / q) * L_s + (what must follow B(s, j)).
+    the round-trip time L_sj. Of the n microbatches that keep some (kept > 0), a cap C
+    lets at most q = floor(C / least kept) of these half-open intervals overlap.
+    Intervals that overlap at most q at a time split into q chains of disjoint ones,
+    so one chain holds ceil(n / q) of them, at least as long together as the ceil(n / q)
+    shortest: makespan >= (earliest F(s)) + their sum + (least that must follow a B(s)).
     """
     cap = problem.capacity[device]
     if cap is None:
         return 0.0
-    heads, tails = chains.f_head, chains.b_tail
-    m, best = problem.microbatches, 0.0
+    best = 0.0
     for s in problem.stages_of_device[device]:
-        kept = least_held(problem, s)
-        if kept <= 0:
+        kept = {j: least_held(problem, s, microbatch=j) for j in chains.columns}
+        holding = [j for j in chains.columns if kept[j] > 0]
+        if not holding:
             continue
-        q = max(1, math.floor(cap / kept + EPS))
-        if q >= m:
+        q = max(1, math.floor(cap / min(kept[j] for j in holding) + EPS))
+        n = chains.weight * len(holding)
+        if q >= n:
             continue
-        best = max(best, heads[s] + math.ceil(m / q) * _lifetime(problem, s) + tails[s])
+        trips = _least_sum([_lifetime(problem, s, j) for j in holding], chains.weight, math.ceil(n / q))
+        best = max(best, min(chains.f_head[(s, j)] for j in holding) + trips
+                   + min(chains.b_tail[(s, j)] for j in holding))
     return max(best, memory_time_bound(problem, device, chains))
 
 
-def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
+def memory_time_bound(problem: Problem, device: int, chains: Chains) -> float:
     """head + (least memory x time the device's microbatches need) / cap.
 
     From its first F on, a device holds at most the cap, so the integral of its memory over
@@ -204,7 +144,7 @@ def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
     x = min(share, (L - F - B) / (2 tau)) (g is a convex parabola up to where F + B + x tau = L,
     and grows after it). Where (s, j) may be recomputed instead (rule 10: not both), its area is the
     lesser of g's least and ``recomputed_area`` (the R's time is left out here; it counts in
-    ``ppsolve.bounds.recompute``).
+    ``ppsolve.bounds.recompute``). Every (s, j) with its own sizes, durations and round trip.
     """
     cap = problem.capacity[device]
     stages = problem.stages_of_device[device]
@@ -212,24 +152,25 @@ def memory_time_bound(problem: Problem, device: int, chains: _Chains) -> float:
         return 0.0
     tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
     area = 0.0
-    for s in stages:
-        fb = problem.duration(OpKind.F, s) + problem.duration(OpKind.B, s)
+    items = chains.items(stages)
+    for s, j in items:
+        fb = problem.duration(OpKind.F, s, j) + problem.duration(OpKind.B, s, j)
         # every path from F(0) to B(s) runs through F(s): the round trip is B's earliest end less F's start
-        trip = chains.b_head[s] + problem.duration(OpKind.B, s) - chains.f_head[s]
-        a, share = problem.activation[s], problem.max_offload(s)
+        trip = chains.b_head[(s, j)] + problem.duration(OpKind.B, s, j) - chains.f_head[(s, j)]
+        a, share = problem.activation.at(s, j), problem.max_offload(s, j)
         x = 0.0 if tau <= 0 else min(share, max(0.0, trip - fb) / (2 * tau))
         kept_area = a * trip - x * (trip - fb) + tau * x * x
         if problem.recompute is not None:
-            kept_area = min(kept_area, recomputed_area(problem, s, trip))
+            kept_area = min(kept_area, recomputed_area(problem, s, trip, j))
         area += kept_area
         if problem.split_backward:
-            area += problem.weight_hold[s] * problem.duration(OpKind.W, s)
-    return min(chains.f_head[s] for s in stages) + problem.microbatches * area / cap
+            area += problem.weight_hold.at(s, j) * problem.duration(OpKind.W, s, j)
+    return min(chains.f_head[i] for i in items) + chains.weight * area / cap
 
 
 @dataclass(frozen=True)
 class _DeviceData:
-    """One device's stages with the figures the idle bound needs (per stage, in stage order)."""
+    """One device's (stage, microbatch) items with the figures the idle bound needs (in stage order)."""
 
     F: tuple[float, ...]
     BW: tuple[float, ...]  # B + W (fused: B)
@@ -240,20 +181,21 @@ class _DeviceData:
     first: tuple[float, ...]  # the least F allocates at its start (forward_allocates)
 
 
-def _device_data(problem: Problem, stages: tuple[int, ...], recompute: bool = True) -> _DeviceData:
-    """The figures of ``stages``; ``recompute`` False: as if no forward were recomputed."""
+def _device_data(problem: Problem, items: list[tuple[int, int]], recompute: bool = True) -> _DeviceData:
+    """The figures of ``items`` (stage, microbatch); ``recompute`` False: as if no forward were recomputed."""
     split = problem.split_backward
+    d = problem.duration
     return _DeviceData(
-        tuple(problem.duration(OpKind.F, s) for s in stages),
-        tuple(problem.duration(OpKind.B, s) + (problem.duration(OpKind.W, s) if split else 0.0) for s in stages),
-        tuple(problem.duration(OpKind.W, s) if split else 0.0 for s in stages),
-        tuple(problem.weight_hold[s] if split else 0.0 for s in stages),
-        tuple(problem.max_offload(s) for s in stages),
-        tuple(least_held(problem, s, recompute=recompute) for s in stages),
-        tuple(forward_allocates(problem, s) if recompute else problem.activation[s] for s in stages))
+        tuple(d(OpKind.F, s, j) for s, j in items),
+        tuple(d(OpKind.B, s, j) + (d(OpKind.W, s, j) if split else 0.0) for s, j in items),
+        tuple(d(OpKind.W, s, j) if split else 0.0 for s, j in items),
+        tuple(problem.weight_hold.at(s, j) if split else 0.0 for s, j in items),
+        tuple(problem.max_offload(s, j) for s, j in items),
+        tuple(least_held(problem, s, recompute=recompute, microbatch=j) for s, j in items),
+        tuple(forward_allocates(problem, s, j) if recompute else problem.activation.at(s, j) for s, j in items))
 
 
-def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
+def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
     """Load of ``device`` plus the idle time it cannot avoid before its first B and after its last F.
 
     Before its first B starts (at t_B >= the earliest B start EB) a device runs only forwards, and
@@ -288,36 +230,43 @@ def idle_bound(problem: Problem, device: int, chains: _Chains) -> float:
     holds its activation less what went to host, and these events are at least a forward apart
     (R >= F), each share leaving only after its op ends: the knapsack and ``least_starts`` above
     hold for K as they do without recompute (Q's checkpoints only add memory).
+
+    Per-microbatch costs: every (s, j) is an item of its own in the knapsacks (count 1, its own
+    sizes and durations, its own earliest F end), and the arguments that count ops alike
+    (``least_starts``, the B's and W's after t*) take the least size, the least gap and the
+    largest work over the items, which keeps each inequality; heads and tails are the least.
     """
     stages = problem.stages_of_device[device]
     if not stages:
         return 0.0
-    x, m, cap = _device_data(problem, stages), problem.microbatches, problem.capacity[device]
-    head = min(chains.f_head[s] for s in stages)
-    first_b = min(chains.b_head[s] for s in stages)
-    f_tail = min(chains.f_tail[s] for s in stages)
+    items = chains.items(stages)
+    x, m, cap = _device_data(problem, items), chains.weight, problem.capacity[device]
+    head = min(chains.f_head[i] for i in items)
+    first_b = min(chains.b_head[i] for i in items)
+    f_tail = min(chains.f_tail[i] for i in items)
     all_f, all_bw = m * sum(x.F), m * sum(x.BW)
     load = problem.device_load(device)
     if cap is None:
         return load + max(head, first_b - all_f, f_tail - all_bw)
     link = problem.offload if problem.can_offload else None
-    heads = [chains.f_head[s] for s in stages]
+    heads = [chains.f_head[i] for i in items]
     d2h = link.d2h if link else 0.0
     front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
     back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
                                   for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
-    b_tail = min(chains.b_tail[s] for s in stages)
+    b_tail = min(chains.b_tail[i] for i in items)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
     bound = load + (before + after if front < all_f - EPS else max(before, after))
-    if problem.recompute is not None and all(problem.duration(OpKind.R, s) >= f for s, f in zip(stages, x.F)):
-        whole = _device_data(problem, stages, recompute=False)
+    if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
+        whole = _device_data(problem, items, recompute=False)
         bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
     return bound
 
 
 def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,
                  d2h: float) -> tuple[float, float]:
-    """(the most forward work the cap lets run before t_B, the least idle before t_B)."""
+    """(the most forward work the cap lets run before t_B, the least idle before t_B); each item of ``x``
+    stands for ``m`` microbatches (``Chains.weight``)."""
     # Forwards before t_B: the last one holds at least what its F allocated (none of it on host yet).
     budget = cap - min(a - k for a, k in zip(x.first, x.kept))
     front = min(m * sum(x.F), most_work([Group(m, ((k, f),)) for k, f in zip(x.kept, x.F)], budget))
@@ -329,9 +278,9 @@ def _forwards_before_first_b(x: _DeviceData, heads: list[float], m: int, kept: l
                              first_b: float) -> float:
     """Least idle before t_B (over t_B >= EB): t_B less the most forward work that can run before it.
 
-    That work fits the cap (each forward still holds its kept share at t_B) and, per stage, counts
-    at most the forwards that can end by t_B: the k-th of a stage ends no sooner than its earliest F
-    start + k F. ``t_B - work`` only rises between the times where one more forward fits, so the
+    That work fits the cap (each forward still holds its kept share at t_B) and, per item (a stage,
+    or one (s, j)), counts at most the forwards that can end by t_B: the k-th of an item ends no sooner
+    than its earliest F start + k F. ``t_B - work`` only rises between the times where one more forward fits, so the
     least is at EB or at one of those times (tried while one more could still fit the cap).
     """
     def ended(t: float, h: float, f: float) -> int:  # forwards of a stage that can have ended by t
@@ -380,16 +329,18 @@ def _after_last_f(x: _DeviceData, m: int, cap: float, f_tail: float, b_tail: flo
 
 def makespan_lower_bound(problem: Problem) -> MakespanBound:
     """No valid schedule of ``problem`` is shorter than ``.value``."""
-    heads, tails = heads_and_tails(problem)  # one microbatch's chains, shared by every figure below
-    chains = _chains(problem, heads, tails)
+    chains = microbatch_chains(problem)  # the microbatches' chains, shared by every figure below
+    heads, tails = chains.heads, chains.tails
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
     idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
     starts = admission_starts(problem, heads)
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
-    path = critical_path(problem, heads, tails)
-    sequence = sequence_bounds(problem, *_one_microbatch(problem))
-    forced = [forced_recompute(problem, d, chains.f_head, chains.b_head, devices[d]) for d in range(problem.devices)]
+    path = chains.path
+    # the in-order argument needs interchangeable microbatches: with per-microbatch costs, the least costs'
+    least = least_costs(problem) if problem.per_microbatch else problem
+    sequence = sequence_bounds(least, *_one_microbatch(least, microbatch=0))
+    forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
     return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0),
                              max(recompute), path),
@@ -403,20 +354,22 @@ def min_capacity(problem: Problem, offload: bool = False, recompute: bool = Fals
     While F(s, j) runs, and while R(s, j) runs when it is recomputed (its activation is whole
     again from R's start), every stage of the same device below s still holds microbatch j's
     activation (its B comes after B(s, j)), less what was offloaded, or only its checkpoint when
-    recomputed (``least_held``): the need is ``activation[s]`` plus the least kept share of the
-    stages below. It is reached by one microbatch in flight with W right after B, each forward
-    waiting for the offloads before it (contract v2), each reload after the B above it, each R
-    right before its B.
+    recomputed (``least_held``): the need is ``activation[s][j]`` plus the least kept share of the
+    stages below, at its largest over the microbatches. It is reached by one microbatch in flight
+    with W right after B, each forward waiting for the offloads before it (contract v2), each reload
+    after the B above it, each R right before its B.
     """
+    return [max(_one_needs(problem, stages, j, offload, recompute) for j in columns(problem)[0])
+            for stages in problem.stages_of_device]
 
-    need = []
-    for stages in problem.stages_of_device:
-        below, worst = 0.0, 0.0
-        for s in stages:
-            worst = max(worst, below + problem.activation[s])
-            below += least_held(problem, s, offload, recompute)
-        need.append(worst)
-    return need
+
+def _one_needs(problem: Problem, stages: tuple[int, ...], microbatch: int, offload: bool, recompute: bool) -> float:
+    """The least capacity ``stages`` (one device's) need for ``microbatch`` alone (``min_capacity``)."""
+    below, worst = 0.0, 0.0
+    for s in stages:
+        worst = max(worst, below + problem.activation.at(s, microbatch))
+        below += least_held(problem, s, offload, recompute, microbatch)
+    return worst
 
 
 def capacity_shortfalls(problem: Problem) -> list[tuple[int, float, float]]:
@@ -432,8 +385,12 @@ def require_feasible_capacity(problem: Problem) -> None:
         return
     # One line however many devices: the first device that is short, and how many others are.
     device, need, cap = short[0]
-    stages = ", ".join(str(s) for s in problem.stages_of_device[device])
-    text = f"device {device} needs at least {need:g} (one microbatch on stages {stages}"
+    stages = problem.stages_of_device[device]
+    names = ", ".join(str(s) for s in stages)
+    cols = columns(problem)[0]
+    which = "one microbatch" if len(cols) == 1 else "microbatch " + str(max(
+        cols, key=lambda j: _one_needs(problem, stages, j, problem.can_offload, problem.can_recompute)))
+    text = f"device {device} needs at least {need:g} ({which} on stages {names}"
     levers = " or ".join(name for name, able in (("offload", problem.can_offload),
                                                  ("recompute", problem.can_recompute)) if able)
     text += f"; {min_capacity(problem)[device]:g} without {levers})" if levers else ")"

@@ -38,6 +38,9 @@ saving bound rises with T and the left side falls, so the least T that passes is
 bisection; every T that fails is a valid bound. At the first T that passes, any schedule that ends
 by it recomputes on the device for more than every theta that still fails there: the least
 recompute time the cap forces on a schedule that short (a longer one may need less).
+
+Per-microbatch costs (contract version 4): every (s, j) is an item with its own figures (its round
+trip from its own chain), m = 1 each; the argument is the same item by item.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ _PHI = (5 ** 0.5 - 1) / 2
 
 @dataclass(frozen=True)
 class _Stage:
-    """One stage's figures for the area argument (per microbatch)."""
+    """One item's figures for the area argument: a stage's (each microbatch alike) or one (s, j)'s."""
 
     area: float  # A0: its area kept whole
     rho: float  # offload: area saved per unit moved, at first
@@ -73,29 +76,33 @@ class ForcedRecompute:
     time: float
 
 
-def _hold_area(problem: Problem, stage: int) -> float:
+def _hold_area(problem: Problem, stage: int, microbatch: int) -> float:
     """The weight hold over [E(B), E(W)) (split backward; else 0)."""
-    return problem.weight_hold[stage] * problem.duration(OpKind.W, stage) if problem.split_backward else 0.0
+    if not problem.split_backward:
+        return 0.0
+    return problem.weight_hold.at(stage, microbatch) * problem.duration(OpKind.W, stage, microbatch)
 
 
-def recomputed_area(problem: Problem, stage: int, trip: float) -> float:
+def recomputed_area(problem: Problem, stage: int, trip: float, j: int) -> float:
     """The least area (memory x time) over [S(F), E(B)) of a recomputed (s, j) with round trip
     ``trip`` (module docstring; the weight hold after B is not in it)."""
-    f, b, r = (problem.duration(k, stage) for k in (OpKind.F, OpKind.B, OpKind.R))
-    a, keep = problem.activation[stage], problem.recompute.keep[stage]
+    f, b, r = (problem.duration(k, stage, j) for k in (OpKind.F, OpKind.B, OpKind.R))
+    a, keep = problem.activation.at(stage, j), problem.recompute.keep.at(stage, j)
     return keep * max(trip, f + r + b) + (a - keep) * (r + b)
 
 
-def _stages(problem: Problem, device: int, f_head, b_head, tau: float) -> list[_Stage]:
+def _stages(problem: Problem, device: int, chains, tau: float) -> list[_Stage]:
+    """The items of ``device`` (``chains``: a ``ppsolve.bounds.chains.Chains``)."""
     out = []
-    for s in problem.stages_of_device[device]:
-        f, b = problem.duration(OpKind.F, s), problem.duration(OpKind.B, s)
-        trip = b_head[s] + b - f_head[s]
+    for s, j in chains.items(problem.stages_of_device[device]):
+        f, b = problem.duration(OpKind.F, s, j), problem.duration(OpKind.B, s, j)
+        trip = chains.b_head[(s, j)] + b - chains.f_head[(s, j)]
         rho = max(0.0, trip - f - b)
-        x_best = 0.0 if tau <= 0 else min(problem.max_offload(s), rho / (2 * tau))
-        area = problem.activation[s] * trip + _hold_area(problem, s)
-        saved = problem.activation[s] * trip - recomputed_area(problem, s, trip)
-        out.append(_Stage(area, rho, x_best, saved, problem.duration(OpKind.R, s)))
+        x_best = 0.0 if tau <= 0 else min(problem.max_offload(s, j), rho / (2 * tau))
+        a = problem.activation.at(s, j)
+        area = a * trip + _hold_area(problem, s, j)
+        saved = a * trip - recomputed_area(problem, s, trip, j)
+        out.append(_Stage(area, rho, x_best, saved, problem.duration(OpKind.R, s, j)))
     return out
 
 
@@ -142,16 +149,16 @@ def _link_rate(problem: Problem) -> float:
     return 1 / (max(d2h, h2d) if problem.offload.duplex else d2h + h2d)
 
 
-def forced_recompute(problem: Problem, device: int, f_head, b_head, device_bound: float) -> ForcedRecompute:
-    """The bound of the module docstring for ``device`` (``f_head``/``b_head``: per stage, the earliest
-    start of F and of B; ``device_bound``: head + load + tail)."""
+def forced_recompute(problem: Problem, device: int, chains, device_bound: float) -> ForcedRecompute:
+    """The bound of the module docstring for ``device`` (``chains``: the microbatches' chains, a
+    ``ppsolve.bounds.chains.Chains``; ``device_bound``: head + load + tail)."""
     cap = problem.capacity[device]
     if not problem.can_recompute or cap is None or cap <= 0 or not problem.stages_of_device[device]:
         return ForcedRecompute(0.0, 0.0)
     tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
-    stages = _stages(problem, device, f_head, b_head, tau)
-    m, rate = problem.microbatches, _link_rate(problem)
-    head = min(f_head[s] for s in problem.stages_of_device[device])
+    stages = _stages(problem, device, chains, tau)
+    m, rate = chains.weight, _link_rate(problem)
+    head = min(chains.f_head[i] for i in chains.items(problem.stages_of_device[device]))
     total = m * sum(st.area for st in stages)
 
     def short(t: float) -> float:

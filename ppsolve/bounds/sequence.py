@@ -90,10 +90,10 @@ class _Passes:
         self.cap_lags: dict[int, list] = {}   # stage -> [(kind, q)]: F(s, j) after kind(s, j - q)
         for s in range(problem.num_stages):
             cap = problem.capacity[problem.placement[s]]
-            act = problem.activation[s]
+            act = problem.activation.at(s, 0)  # the same for every microbatch here
             if cap is None or act <= EPS or cap < act - EPS:
                 continue
-            hold = problem.weight_hold[s] if self.split else 0.0
+            hold = problem.weight_hold.at(s, 0) if self.split else 0.0
             most = int(math.floor((cap - act) / act + EPS))  # microbatches still active beside a new one
             if most >= self.m - 1:
                 continue  # the cap holds every microbatch at once: it never delays a forward
@@ -187,7 +187,9 @@ def _one_machine(heads: np.ndarray, durations: np.ndarray, tails: np.ndarray) ->
 
 
 def sequence_bounds(problem: Problem, order, duration: dict, deps: dict) -> tuple[float, ...]:
-    """Per device, the in-order one-machine bound (zeros when the problem may offload or recompute)."""
+    """Per device, the in-order one-machine bound (zeros when the problem may offload or recompute);
+    ``problem``'s microbatches must be interchangeable (no cost differs between them: else pass its
+    least-cost relaxation, ``ppsolve.bounds.relaxation.least_costs``)."""
     if problem.can_offload or problem.can_recompute or problem.microbatches == 0:
         return tuple(0.0 for _ in range(problem.devices))
     passes = _Passes(problem, order, duration, deps)

@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     binding = "split into smaller problems, proven by CP-SAT" if raised else bound.binding
     print(f"makespan >= {value:g}  ({binding})")
-    print(f"  critical path of one microbatch: {bound.critical_path:g}")
+    which = "the longest" if problem.per_microbatch else "one"
+    print(f"  critical path of {which} microbatch: {bound.critical_path:g}")
     print("  per device (head + load + tail): " + ", ".join(f"{b:g}" for b in bound.device_bounds))
     if any(bound.memory_bounds):
         print("  per device (memory cap: round trips in flight, memory x time): "

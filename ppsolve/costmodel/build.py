@@ -103,24 +103,26 @@ def memory_breakdown(model: Transformer, hardware: Hardware, layout: Layout, cos
 
 def _capacity(layout: Layout, hardware: Hardware, memory: dict,
               placement: tuple[int, ...]) -> list[float] | float | None:
-    if layout.capacity is None:
-        return None
-    if layout.capacity != "hbm":
-        return float(layout.capacity)
     caps = []
     for device, figures in enumerate(memory["devices"]):
-        if figures["left"] <= 0:
+        # with a cap of its own (or none) the reserve is the user's to judge, the static memory is not
+        over = figures["left"] <= 0 if layout.capacity == "hbm" else figures["static"] > hardware.gpu.hbm_gib
+        if over:
             stages = [s for s, d in enumerate(placement) if d == device]
             parts = {k: sum(memory["stages"][s][k] for s in stages) for k in ("weights", "gradients", "optimizer")}
             which = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}"
+            reserve = f" + reserve {figures['reserve']:.1f} GiB" if layout.capacity == "hbm" else ""
+            given = "none" if layout.capacity is None else f"{layout.capacity:g}" if layout.capacity != "hbm" else ""
+            fix = "or give --capacity" if layout.capacity == "hbm" else f"--capacity {given} cannot make it fit"
             raise InputError("--capacity", f"{which} (device {device}): static memory {figures['static']:.1f} GiB "
                                            f"(weights {parts['weights']:.1f} + gradients {parts['gradients']:.1f} "
-                                           f"+ optimizer {parts['optimizer']:.1f}) + reserve {figures['reserve']:.1f} "
-                                           f"GiB does not fit in the {hardware.gpu.name}'s {hardware.gpu.hbm_gib:g} "
-                                           "GiB: add pipeline stages, --tensor-parallel or --optimizer-sharding, "
-                                           "or give --capacity")
+                                           f"+ optimizer {parts['optimizer']:.1f}){reserve} does not fit in the "
+                                           f"{hardware.gpu.name}'s {hardware.gpu.hbm_gib:g} GiB: add pipeline "
+                                           f"stages, --tensor-parallel or --optimizer-sharding, {fix}")
         caps.append(figures["left"])
-    return caps
+    if layout.capacity is None:
+        return None
+    return caps if layout.capacity == "hbm" else float(layout.capacity)
 
 
 def _links(layout: Layout, hardware: Hardware) -> list[list[int]] | None:
@@ -219,14 +221,39 @@ def _sources(model: Transformer, hardware: Hardware, layout: Layout) -> dict:
 def build_problem(model: Transformer, hardware: Hardware, layout: Layout, partition: Partition) -> Problem:
     """The validated problem of ``model`` cut by ``partition`` on ``hardware``."""
     check_layout(model, layout)
-    return problem_from_dict(problem_data(model, hardware, layout, partition))
+    data = problem_data(model, hardware, layout, partition)
+    try:
+        return problem_from_dict(data)
+    except InputError as error:  # a generated figure out of ppsolve's range: name the input behind it
+        behind = _input_behind(error, data, hardware)
+        if behind is None:
+            raise
+        raise InputError(behind, f"out of range for the problem it makes ({error})") from None
 
 
 def check_layout(model: Transformer, layout: Layout) -> None:
-    """Refuse a backward mode, or a recompute with it, that no problem file can express."""
+    """Refuse a backward mode, or a recompute with it, that no problem file can express, and a parallel layout
+    that does not divide the model or whose static memory does not fit the GPU."""
     if layout.backward not in ("split", "fused"):
         raise InputError("--backward", f"must be split or fused, got {layout.backward!r}")
     if model.recompute == "full" and layout.backward == "split":
         raise InputError("--recompute", "full recompute with a split backward cannot be written: W needs the "
                                         "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
                                         "(weight_hold > activation); use --recompute decide or --backward fused")
+    layout.parallel.check_fits(model)
+
+
+def _input_behind(error: InputError, data: dict, hardware: Hardware) -> str | None:
+    """The hardware figure that made the generated time ``error`` names (the p2p latency or link, the
+    host link, the GPU's FLOP rate), or None when the error names no generated time."""
+    text = f"{error.field} {error.message}"
+    gpu_figure = lambda name: f"hardware.{name}" if name in hardware.overridden else "--gpu"  # noqa: E731
+    if "time.p2p" in text:
+        if hardware.p2p_latency_ms >= data["time"]["p2p"] / 2:
+            return "hardware.p2p_latency_ms"
+        return gpu_figure(f"{hardware.p2p}_gbps")
+    if "bandwidth" in text or "offload" in text:
+        return gpu_figure("host_link_gbps")
+    if "time." in text:
+        return gpu_figure("tflops")
+    return None

@@ -69,6 +69,26 @@ class Parallelism:
     def gpus_per_stage_rank(self) -> int:
         return self.tensor * self.context
 
+    def check_fits(self, model) -> None:
+        """InputError unless these ranks can split ``model`` (a ``descriptions.Transformer``): tensor
+        parallelism splits the heads, key/value groups, hidden size and MLP width; context parallelism cuts
+        the sequence into ``2c`` chunks (the formulas split the attention's FLOPs evenly over the ``c`` ranks:
+        Megatron's load-balanced split of a causal mask, two chunks per rank); sequence parallelism splits
+        each context-parallel rank's ``s / c`` tokens over the ``t`` ranks."""
+        t, c = self.tensor, self.context
+        for size in ("heads", "kv_groups", "hidden", "ffn"):
+            if getattr(model, size) % t:
+                raise InputError("--tensor-parallel", f"{t} does not divide the model's {size} "
+                                                      f"({getattr(model, size)})")
+        if c > 1 and model.sequence % (2 * c):
+            raise InputError("--context-parallel", f"{c} needs a sequence divisible by 2 x {c} = {2 * c} (two "
+                                                   f"chunks per rank balance the causal mask), got "
+                                                   f"{model.sequence}")
+        if self.sequence and (model.sequence // c) % t:
+            raise InputError("--sequence-parallel", f"splits the {model.sequence // c} tokens of each "
+                                                    f"context-parallel rank over --tensor-parallel {t}: "
+                                                    f"{model.sequence // c} is not divisible by {t}")
+
     def bytes_per_param(self, dtype: str) -> tuple[float, float, float]:
         """(weights, gradients, optimizer states) bytes per parameter on one GPU."""
         weight, grad, state = STATE_BYTES[dtype]

@@ -80,8 +80,11 @@ def _describe(error: jsonschema.ValidationError, prefix: str) -> InputError:
         extra = sorted(set(value) - set(error.schema.get("properties", {})))
         extra = [e for e in extra if not e.startswith("x-")]
         name = extra[0] if extra else "?"
-        known = sorted(error.schema.get("properties", {}))
-        close = difflib.get_close_matches(name, known, n=1)
+        properties = error.schema.get("properties", {})
+        known = sorted(properties)
+        # a field's other names (another framework's config key) first, then spelling
+        close = [k for k in known if name in properties[k].get("x-synonyms", ())] or \
+            difflib.get_close_matches(name, known, n=1)
         hint = (f"did you mean '{close[0]}'?" if close
                 else f"expected one of: {', '.join(known)}; put annotations under an 'x-' name")
         return InputError(field_path(where, [name]), f"unknown field ({hint})")

@@ -10,8 +10,8 @@ different point on every run, so the warm start and the searches get
 *deterministic* limits as well (never read off the clock): the warm start a
 number of candidates sized by the problem, each search ``deterministic_share``
 of its share of the time limit in seconds of deterministic work (CP-SAT's
-deterministic time, HiGHS' interrupt checks; each backend's rate is calibrated
-on the bench machine). Those end well inside the wall clock there, and the wall
+deterministic time, HiGHS' interrupt checks weighted by the model's size; each
+backend's rate is calibrated on the bench machine). Those end well inside the wall clock there, and the wall
 clock at the time limit stays the hard guard: when it fires first (a loaded
 or slower machine, a huge problem), the result says so, since that run may not
 be reproducible.

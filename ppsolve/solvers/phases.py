@@ -344,6 +344,16 @@ def _shed(run: _Run, best: Schedule) -> Schedule:
     return shed
 
 
+def least_overhead_value(status: Status, schedule: Schedule) -> str:
+    """What the schedule file says of its overhead (``method.least_overhead``, written once the OVERHEAD phase
+    ran): ``none`` when the schedule written recomputes and offloads nothing (nothing to lower), ``optimal``
+    when no schedule at its makespan has less overhead (proven), ``feasible`` when the phase found schedules
+    but no proof, ``unknown`` when it found none (its model may not reach the incumbent: not a proof)."""
+    if not schedule.uses_levers:
+        return "none"
+    return {Status.OPTIMAL: "optimal", Status.FEASIBLE: "feasible"}.get(status, "unknown")
+
+
 def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
@@ -354,7 +364,7 @@ def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra
     extra.update({"engine": run.backend.engine(), "interrupted": run.interrupted, "notes": run.notes,
                   "time_scale": sc.time_scale, "memory_scale": sc.memory_scale, "exact_scaling": sc.exact})
     if run.least_overhead is not None:
-        extra["least_overhead"] = run.least_overhead.value
+        extra["least_overhead"] = least_overhead_value(run.least_overhead, schedule)
     if run.lns is not None:
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,

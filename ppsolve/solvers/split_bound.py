@@ -23,6 +23,10 @@ offload (the model moves whole shares only, a restriction) and no recompute (the
 keeps every activation whole, a restriction too). A's model has the trivial horizon:
 re-timed as the runtime would, a schedule with the least A keeps it, and its makespan is then at
 most every op and latency one after another.
+
+Per-microbatch costs (contract version 4): the microbatches are no longer interchangeable, so the
+split is made on the least-cost relaxation (``ppsolve.bounds.relaxation.least_costs``: every cost of
+a stage at its least over the microbatches), whose optimum is at most the problem's.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Callable
 from ortools.sat.python import cp_model
 
 from ppsolve.bounds import capacity_shortfalls, makespan_lower_bound
+from ppsolve.bounds.relaxation import least_costs
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.solvers.cpsat import constraints
@@ -98,9 +103,14 @@ def why_not(problem: Problem) -> str | None:
         return "the problem may offload (the model moves whole shares only, so it is no relaxation)"
     if problem.can_recompute:
         return "the problem may recompute (the model keeps every activation, so it is no relaxation)"
-    if not build_scaling(problem).exact:
+    if not build_scaling(_interchangeable(problem)).exact:
         return "its times cannot be scaled to integers exactly"
     return None
+
+
+def _interchangeable(problem: Problem) -> Problem:
+    """The problem the split is made on: itself, or its least-cost relaxation (module docstring)."""
+    return least_costs(problem) if problem.per_microbatch else problem
 
 
 def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int | None,
@@ -197,6 +207,7 @@ def split_bound(problem: Problem, seconds: float, threads: int | None = None,
     reason = why_not(problem)
     if reason is not None:
         return SplitBound(None, reason=reason)
+    problem = _interchangeable(problem)
     m = problem.microbatches
 
     def left(share: float = 1.0):

@@ -185,11 +185,11 @@ def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_
         return f"none: the makespan equals the analytic lower bound ({analytic:g})"
     share = (span - analytic) / span
     if status == Status.OPTIMAL:
-        return (f"the bound's: CP-SAT proved {span:g} optimal; the analytic bound ({analytic:g}) is "
-                f"{share:.1%} below it")
+        return (f"the bound's: {schedule.method.name} proved {span:g} optimal; the analytic bound ({analytic:g}) "
+                f"is {share:.1%} below it")
     open_share = (span - lower_bound) / span if span > 0 else 0.0
-    text = (f"open: {open_share:.1%} between the makespan and the best proven bound ({lower_bound:g}); "
-            "more --time-limit may close it from either side")
+    text = f"open: {open_share:.1%} between the makespan and the best proven bound ({lower_bound:g}); " + \
+        _more_time(schedule)
     problem = schedule.problem
     if problem_path is not None and any(cap is not None for cap in problem.capacity):
         from ppsolve.solvers.split_bound import why_not  # CP-SAT's module: only where a gap is open
@@ -198,6 +198,24 @@ def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_
             text += (f"; a higher bound may come from smaller problems proven by CP-SAT: "
                      f"ppsolve bound {shlex.quote(problem_path)} --split 300")
     return text
+
+
+USED_SHARE = 0.75  # a solve that ended before this share of its time limit left time unused
+
+
+def _more_time(schedule: Schedule) -> str:
+    """Whether more --time-limit may help: yes when the search used its time (or a step's wall clock, or
+    Ctrl-C, ended it); when it ended well before, with --threads 1 its deterministic limits ended it
+    (they grow with the time limit), else it stopped on its own and more time may change nothing."""
+    method = schedule.method
+    limit, threads = method.params.get("time_limit"), method.params.get("threads")
+    clock = any("wall clock stopped" in note for note in method.extra.get("notes", ()))
+    if not limit or method.seconds >= USED_SHARE * limit or method.extra.get("interrupted") or clock:
+        return "more --time-limit may close it from either side"
+    used = f"the search ended after {method.seconds:.1f} s of its {limit:g} s"
+    if threads == 1:
+        return f"{used}, at its deterministic limits (--threads 1), which a larger --time-limit raises"
+    return f"{used}, on its own: more --time-limit may not change it"
 
 
 def _least_overhead_proven(schedule: Schedule) -> bool:

@@ -18,8 +18,8 @@ PACKAGE = ROOT / "ppsolve"
 
 # Lowest first; a module may import its own layer or any below. Keys are the top-level names under ppsolve.
 LAYERS = (
-    ("errors", "jsonio", "limits", "schemas", "ops", "costs", "problem", "levers", "dependencies", "memory", "schedule", "gcpause",
-     "tolerance", "units"),
+    ("errors", "jsonio", "limits", "schemas", "ops", "costs", "problem", "levers", "dependencies", "memory",
+     "schedule", "gcpause", "tolerance", "units", "metric_warnings"),
     ("simulator", "checker", "method_types"),
     ("bounds",),
     ("baselines", "solvers"),

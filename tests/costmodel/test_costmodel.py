@@ -175,3 +175,13 @@ def test_partition_search_finds_the_least_bound_of_all_partitions():
     assert ranked[0].bound == pytest.approx(least)
     assert scored < len(every)  # it did not enumerate them all
     assert [c.score for c in ranked] == sorted(c.score for c in ranked)
+
+
+@pytest.mark.parametrize("written, field", [("kv_heads", "kv_groups"), ("num_key_value_heads", "kv_groups"),
+                                            ("hidden_size", "hidden"), ("vocab_size", "vocabulary"),
+                                            ("laeyrs", "layers")])
+def test_an_unknown_field_suggests_the_field_it_names(written, field):
+    data = {"format": "ppsolve/transformer@1", "layers": 4, "hidden": 64, "heads": 4, "sequence": 16,
+            "micro_batch_size": 1, "vocabulary": 100, written: 2}
+    with pytest.raises(InputError, match=rf"model\.{written}: unknown field \(did you mean '{field}'\?\)"):
+        transformer_from_dict(data)

@@ -142,6 +142,24 @@ def test_static_memory_that_does_not_fit_is_one_line_naming_the_stage(tmp_path, 
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("capacity", ["none", "40"])
+def test_static_memory_above_the_gpu_is_an_error_with_any_capacity(tmp_path, capsys, capacity):
+    argv = ["problem", str(LLAMA70B), "--gpu", "H100", "--devices", "1", "--microbatches", "4",
+            "--capacity", capacity, "-o", str(tmp_path / "p.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "left GiB" not in err
+    assert "--capacity: stage 0 (device 0): static memory" in err and "does not fit in the H100's 80 GiB" in err
+    assert f"--capacity {capacity} cannot make it fit" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_parallel_ranks_that_divide_the_model_are_accepted():
+    model = load_transformer(MODELS / "llama-3-8b-like.json")
+    for par in (Parallelism(tensor=8, sequence=True, context=4), Parallelism(context=4096)):
+        par.check_fits(model)
+
+
 def test_problem_prints_the_breakdown_and_records_the_parallelism(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["problem", str(LLAMA70B), "--gpu", "H100", "--devices", "8", "--tensor-parallel", "8",
@@ -168,6 +186,12 @@ def test_problem_prints_the_breakdown_and_records_the_parallelism(tmp_path, caps
     (["--sequence-parallel"], "--sequence-parallel: needs --tensor-parallel > 1"),
     (["--reserve", "lots"], "--reserve: must be GiB or a share"),
     (["--gpu", "B300"], "pass --hardware FILE"),
+    (["--tensor-parallel", "3"], "--tensor-parallel: 3 does not divide the model's heads (32)"),
+    (["--tensor-parallel", "16"], "--tensor-parallel: 16 does not divide the model's kv_groups (8)"),
+    (["--context-parallel", "3"], "--context-parallel: 3 needs a sequence divisible by 2 x 3 = 6"),
+    (["--context-parallel", "8192"], "got 8192"),
+    (["--tensor-parallel", "8", "--sequence-parallel", "--context-parallel", "2048"],
+     "--sequence-parallel: splits the 4 tokens of each context-parallel rank over --tensor-parallel 8"),
 ])
 def test_bad_parallel_options_are_one_line(tmp_path, capsys, args, message):
     argv = ["problem", str(MODELS / "llama-3-8b-like.json"), "--devices", "4", "--microbatches", "8",
@@ -203,3 +227,18 @@ def test_recompute_decide_keeps_the_checkpoint_of_the_chosen_parallelism():
     assert block.activation == formulas.block(replace(model, recompute="none"), par).activation
     full = formulas.block(replace(model, recompute="full"), par)
     assert full.activation == block.keep and full.backward_bytes == block.backward_bytes + block.forward_bytes
+
+
+@pytest.mark.parametrize("figures, field", [
+    ({"p2p_latency_ms": 1e11}, "hardware.p2p_latency_ms: out of range for the problem it makes ("),
+    ({"nvlink_gbps": 1e-9}, "hardware.nvlink_gbps: out of range"),
+    ({"tflops": 1e-9}, "hardware.tflops: out of range"),
+])
+def test_a_generated_figure_out_of_range_names_the_hardware_figure_behind_it(tmp_path, capsys, figures, field):
+    hardware = tmp_path / "hw.json"
+    hardware.write_text(json.dumps({"gpu": "H100", **figures}))
+    argv = ["problem", str(MODELS / "llama-3-8b-like.json"), "--hardware", str(hardware), "--devices", "4",
+            "--microbatches", "8", "-o", str(tmp_path / "p.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {field}" in err

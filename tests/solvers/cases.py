@@ -1,18 +1,15 @@
-"""Exact answers for tiny problems, shared by the solver tests: a brute force over device orders, and
-CP-SAT's proven optimum with the bound's own cut switched off."""
+"""Exact answers for tiny problems, shared by the solver and bound tests, none of them from ppsolve's
+solvers: a brute force over device orders, and the optimum of an independent model."""
 
 from __future__ import annotations
 
 import itertools
-from unittest import mock
 
-from ppsolve.bounds import MakespanBound
 from ppsolve.checker import check
 from ppsolve.errors import DeadlockError
 from ppsolve.ops import OpKind
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.solvers import SolveOptions, solve
 
 
 def _device_orders(problem, device):
@@ -52,16 +49,13 @@ def brute_force(problem):
 
 
 
-def proven_optimum(problem, time_limit: float = 10) -> float | None:
-    """The makespan CP-SAT proves optimal (one thread; with offload, optimal among its grid of amounts,
-    so at or above the true optimum), None when it proves nothing in time. The
-    solver's cut (makespan >= the lower bound) is switched off, so a bound that were too high could
-    not steer the search or stop it early: what this returns is a check on the bound."""
-    with mock.patch("ppsolve.solvers.phases.makespan_lower_bound", lambda p: MakespanBound(0.0, (), 0.0)):
-        result = solve(problem, SolveOptions(time_limit=time_limit, threads=1))
-    span = result.schedule.makespan
-    if result.status == "optimal":
-        return span
-    # with offload, CP-SAT proves its optimum on a grid of amounts (at or above the true optimum)
-    grid = result.model_bound
-    return span if grid is not None and span <= grid + 1e-9 else None
+def proven_optimum(problem, time_limit: float = 30) -> float | None:
+    """The optimum proven by a model that shares nothing with ppsolve's solvers but the problem and the
+    dependency table (tests/solvers/test_solver_recompute.py): without offload its own CP-SAT
+    formulation (discrete, no cuts), with offload a MILP over continuous times and amounts (CBC);
+    None when not proven in ``time_limit`` seconds (a caller that needs the figure must say so)."""
+    from tests.solvers.test_solver_recompute import discrete_optimum, independent_optimum
+
+    if problem.can_offload:
+        return independent_optimum(problem, time_limit)
+    return discrete_optimum(problem, time_limit)

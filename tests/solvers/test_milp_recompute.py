@@ -20,13 +20,12 @@ from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.api import Phase, PhaseTask, Status
 from ppsolve.solvers.budget import Budget
-from ppsolve.solvers.milp import backend, highs_process
+from ppsolve.solvers.milp import backend
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
 from ppsolve.baselines.common import with_recompute
 from tests.helpers import make_problem, schedule_from_orders, serial_orders
 
-pytestmark = pytest.mark.skipif(not highs_process.available(), reason="highspy is not installed")
 
 _F, _B, _W, _R = OpKind.F, OpKind.B, OpKind.W, OpKind.R
 

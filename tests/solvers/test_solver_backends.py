@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from ppsolve.checker import check
-from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
 from ppsolve.solvers import BACKENDS, SolveOptions, solve
 from ppsolve.solvers.backends import load_backend
 from tests.helpers import make_problem
+from tests.solvers.determinism import decided_by_the_clock, deterministic_options
 from tests.solvers.cases import brute_force
 from tests.helpers import ROOT
 
@@ -174,30 +173,20 @@ def test_never_worse_than_warm_start(solver):
     assert result.schedule.makespan <= result.warm_start.makespan
 
 
-# The example (4 x 8, offload, cap 2) at these limits ends by the deterministic limits with time to
-# spare on the loaded test machine (the MILP's least-offload root alone took 3 s there; see docs/solver.md).
-DETERMINISM_LIMIT = 12
-
-
-def _run_file(solver: str, out: Path) -> dict:
-    code = main(["solve", str(ROOT / "instances/example.json"), "-o", str(out), "--solver", solver,
-                 "--time-limit", str(DETERMINISM_LIMIT), "--threads", "1", "--seed", "3", "--quiet"])
-    assert code == 0
-    data = json.loads(out.read_text())
-    data["method"].pop("seconds")
-    return data
-
-
 @pytest.mark.slow
-def test_threads_1_is_byte_identical(solver, tmp_path, capsys):
-    # the example (4 x 8, offload, cap 2) three times: the same file apart from method.seconds
-    runs = [_run_file(solver, tmp_path / f"s{i}.json") for i in range(3)]
-    by_clock = [run for run in runs if any("not be reproducible" in note for note in run["method"]["notes"])]
-    if by_clock:
-        # The promise is determinism while the deterministic limits end each step; the file says when
-        # the wall clock (the time limit) ended one instead, which only an overloaded machine does here.
-        pytest.skip(f"the wall clock decided a step in {len(by_clock)} of 3 runs (machine overloaded)")
-    texts = [json.dumps(run, sort_keys=True) for run in runs]
+def test_threads_1_is_identical(solver):
+    # the example (4 x 8, offload, cap 2) three times under deterministic limits only: the same file
+    # apart from method.seconds
+    from ppsolve.problem import load_problem
+
+    problem = load_problem(ROOT / "instances/example.json")
+    runs = [solve(problem, deterministic_options(solver, seed=3)) for _ in range(3)]
+    assert not any(decided_by_the_clock(run) for run in runs)
+    texts = []
+    for run in runs:
+        data = run.schedule.to_dict()
+        data["method"].pop("seconds")
+        texts.append(json.dumps(data, sort_keys=True))
     assert texts[0] == texts[1] == texts[2]
 
 

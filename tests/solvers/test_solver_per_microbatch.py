@@ -12,9 +12,7 @@ import time
 import pytest
 
 from ppsolve.baselines.plans import serial_orders
-from ppsolve.bounds import critical_path, makespan_lower_bound, require_feasible_capacity
 from ppsolve.checker import check
-from ppsolve.costs import PerMicrobatchError
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import load_problem
 from ppsolve.schedule import make_schedule
@@ -164,22 +162,11 @@ def test_split_backward_with_per_microbatch_weight_hold_and_p2p(solver):
     assert best.makespan == pytest.approx(12.5)
 
 
-def _bounds_read_per_microbatch(problem) -> bool:
-    try:
-        require_feasible_capacity(problem)
-        makespan_lower_bound(problem)
-    except PerMicrobatchError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_solve_the_per_microbatch_example(solver):
     """The whole solve (warm start, phases, overhead, shedding) on the bundled example: checked, and never
     worse than its warm start."""
     problem = load_problem(EXAMPLE)
-    if not _bounds_read_per_microbatch(problem):
-        pytest.skip("the analytic bounds do not read per-microbatch costs on this branch")
     result = solve(problem, SolveOptions(solver=solver, time_limit=10, threads=1, seed=0))
     assert check(result.schedule).ok
     assert result.schedule.makespan <= result.warm_start.makespan + 1e-9
@@ -225,10 +212,6 @@ def test_overhead_windows_and_shedding_keep_the_makespan_and_lower_the_overhead(
 
 def test_neighbourhoods_reorder_microbatches_of_different_costs():
     problem = load_problem(EXAMPLE)
-    try:
-        critical_path(problem)
-    except PerMicrobatchError:
-        pytest.skip("the analytic bounds do not read per-microbatch costs on this branch")
     start = _serial_with_offload(problem)
     options = SolveOptions(time_limit=GUARD, threads=1)
     budget = Budget(GUARD, deterministic=True)

@@ -6,8 +6,8 @@ from its times) and searches in HiGHS' own child process (``highs_process``: OR-
 and highspy cannot share a process): improving solutions and the dual bound reach
 the progress line as they come, and Ctrl-C or the clock stop the search.
 Limits: the wall clock; in deterministic mode (one thread) also a work limit, a
-count of HiGHS' interrupt checks derived from the deterministic budget, since a
-wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
+count of HiGHS' interrupt checks (times the model's nonzeros) derived from the
+deterministic budget, since a wall-clock stop is not reproducible. CBC (through PuLP) has no callbacks: one
 final solution, a wall-clock limit only.
 """
 
@@ -39,11 +39,18 @@ WINDOWS = False  # no window search (the LNS is CP-SAT's)
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
 # Deterministic mode: HiGHS has no work limit of its own; its interrupt checks (between nodes, and in
-# the root's cut loop) are counted instead. Its presolve and sub-MIP heuristics (RINS, RENS) run for
-# seconds without a check, so that mode turns them off; then 45 to 400 checks took a CPU second on the
-# bench machine, depending on the model, and wall time runs up to about twice CPU time there (see
-# docs/solver.md).
-HIGHS_CHECKS_PER_SECOND = 30
+# the root's cut loop) are counted instead, each weighted by the model's nonzeros (a node's LP costs
+# about that much more on a larger model). Its presolve and sub-MIP heuristics (RINS, RENS) run for
+# seconds without a check, so that mode turns them off. Sized so that a solve uses most of its time
+# limit, as CP-SAT's rate is: on 16 small models with recompute (250-4800 columns, 1 700-33 000
+# nonzeros; a 2-core machine shared with other work) one wall second held 0.4e6 to 3.7e6 checks x
+# nonzeros, median about 2e6 (checks alone: 12 to 980 a second); the rate is that median. Then
+# `--threads 1 --time-limit 20` ends instances/vshape-uneven-4x8 at 13.6 s and three random 2-4 x 4-8
+# problems with recompute at 8.5 s, 4.3 s (proven) and by the wall clock at 15.9 s (load 5.5 on the
+# 2-core machine; the file then says the run may not be reproducible). Measured with
+# HIGHS_WORK_PER_SECOND set out of reach and the worker's interrupt callback logging its count and
+# running time (see docs/solver.md).
+HIGHS_WORK_PER_SECOND = 2e6
 EPS = tolerance.MODEL_EPS
 # Continuous models (transfers of any amount): the search stops at this absolute gap (model units),
 # so "optimal" holds to within it (as EPS for the integral models' bounds); HiGHS' feasibility
@@ -240,7 +247,7 @@ def _highs_options(task: PhaseTask, continuous: bool) -> dict:
         options["mip_feasibility_tolerance"] = options["primal_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
     if threads:
         options["threads"] = threads
-    if deterministic:  # work the interrupt checks do not see (see HIGHS_CHECKS_PER_SECOND)
+    if deterministic:  # work the interrupt checks do not see (see HIGHS_WORK_PER_SECOND)
         options["mip_heuristic_run_rins"] = options["mip_heuristic_run_rens"] = False
         options["presolve"] = "off"  # its probing ran for 4 to 15 s on a 6 000-column model
     return options
@@ -310,7 +317,8 @@ def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Rec
     limit = task.limit
     arrays, names = highs_process.lp_arrays(m.v.lp)
     task.budget.check()
-    work = None if limit.deterministic is None else max(1, int(HIGHS_CHECKS_PER_SECOND * limit.deterministic))
+    work = None if limit.deterministic is None else \
+        max(1, int(HIGHS_WORK_PER_SECOND * limit.deterministic / max(1, len(arrays["value"]))))
     request = {"lp": arrays, "options": _highs_options(task, m.v.continuous), "work_limit": work,
                "start": [float(start.get(name, 0.0)) for name in names] if start else None,
                "until": limit.until, "time_share": HIGHS_TIME_SHARE}
