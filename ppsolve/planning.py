@@ -8,7 +8,9 @@ A time limit below a second that cannot pay for building a model is answered fro
 search over microbatch orders, without importing a solver backend (``ppsolve.solvers.quick``); when no
 heuristic has ended in time, it waits for the first (1F1B, else the serial plan) and its notes say so.
 Ctrl-C reaches a search only in the main thread; a call in another thread runs to its time limit.
-A search that does not stop at its limit (HiGHS while it presolves) is left to finish in a daemon thread.
+Work that does not stop at the limit is left to finish in a daemon thread named ``ppsolve-worker``
+(``ppsolve.solvers.api.WORKER``): the heuristic a quick solve was making (with Python's collector paused
+while it builds, as every schedule build is: ``ppsolve.gcpause``), or HiGHS while it presolves.
 """
 
 from __future__ import annotations

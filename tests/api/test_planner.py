@@ -9,7 +9,6 @@ import pytest
 import ppsolve
 from ppsolve.checker import check
 from ppsolve.costmodel import Layout, hardware_of_gpu, load_transformer, problem_for_batch
-from ppsolve.costs import PerMicrobatchError
 from ppsolve.errors import InputError
 from ppsolve.problem import load_problem
 from tests.api.test_solve_api import LARGE, QUICK_WITH_TIME
@@ -70,12 +69,12 @@ def test_closed_planner_refuses_new_plans():
         planner.submit(make_problem())
 
 
-@pytest.mark.xfail(raises=PerMicrobatchError, reason="the bounds read one value per stage until v4bounds lands")
 def test_the_per_step_loop_of_the_readme():
     """Each step's documents -> its problem -> a plan made while the step before runs; every plan checked."""
     model, gpu = load_transformer(LLAMA), hardware_of_gpu("H100")
-    batches = [[4000, 300, 3000, 900], [8000, 100, 100], [2000, 2000, 2000, 2000, 500]]
-    plan = lambda batch: problem_for_batch(model, gpu, Layout(devices=2, microbatches=1), batch)  # noqa: E731
+    batches = [[4000, 300, 3000, 900, 5000], [8000, 100, 100, 2000], [2000, 2000, 2000, 2000, 500, 7000]]
+    plan = lambda batch: problem_for_batch(model, gpu, Layout(devices=8, microbatches=1), batch,  # noqa: E731
+                                           pack="balance")
     planned = []
     with ppsolve.Planner(time_limit=0.5, threads=1) as planner:
         future = planner.submit(plan(batches[0]))
@@ -85,4 +84,4 @@ def test_the_per_step_loop_of_the_readme():
                 future = planner.submit(plan(batches[k + 1]))
             planned.append((plan(batch), schedule))
     for problem, schedule in planned:
-        assert check(schedule).ok and schedule.problem == problem
+        assert check(schedule).ok and schedule.problem == problem and problem.per_microbatch
