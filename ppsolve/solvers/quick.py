@@ -2,17 +2,17 @@
 
 A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
 (:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
-candidates: a first answer in milliseconds (1F1B, else the serial plan), on a per-microbatch problem the
-memory-aware list scheduler in a few microbatch orders (:func:`ordered_greedy`), then the warm start's
-baselines and plans (``ppsolve.solvers.warm_start``). In the rest it improves the
-shortest: on a per-microbatch problem, keeping each device's op order, two microbatches swap places
-(microbatch a runs where b ran and b where a ran), the plan is timed by the simulator, and a swap that
-shortens it within every capacity is kept (:func:`order_search`; seeded by ``SolveOptions.seed``); a
-schedule that recomputes or offloads drops what its makespan does not need instead
-(``ppsolve.solvers.shed``). The answer is checked like every solve's; its lower bound is the busiest
-device's compute (:func:`load_bound`).
+candidates: on a per-microbatch problem the memory-aware list scheduler in a few microbatch orders
+(:func:`ordered_greedy`), a first answer in milliseconds when there is none yet (1F1B, else the serial
+plan), then the warm start's baselines and plans (``ppsolve.solvers.warm_start``). In the rest it
+improves the shortest: on a per-microbatch problem, keeping each device's op order, the microbatches
+change slots (two swap, one moves, or one of the costliest moves to the first or last slot), the plan
+is timed by the simulator, and a move that shortens it within every capacity is kept
+(:func:`order_search`; seeded by ``SolveOptions.seed``); a schedule that recomputes or offloads drops
+what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is checked like every
+solve's; its lower bound is the busiest device's compute (:func:`load_bound`).
 
-Deterministic mode (``threads=1``): the number of candidates and of swaps tried follow from the time
+Deterministic mode (``threads=1``): the number of candidates and of moves tried follow from the time
 limit and the problem's size, never the clock; the clock is the guard (the result then says that it
 may not be reproducible).
 """
@@ -30,7 +30,7 @@ from ppsolve.baselines.portfolio import applicable_baselines
 from ppsolve.checker import check
 from ppsolve.errors import InputError, PpsolveError
 from ppsolve.method_types import RunOptions
-from ppsolve.ops import Op
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import MethodInfo, Schedule, make_schedule
 from ppsolve.simulator import issue_order, simulate
@@ -103,12 +103,11 @@ def ordered_greedy(problem: Problem, until: Callable[[], bool], out: list[Schedu
 def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
                 notes: list[str]) -> tuple[list[Schedule], bool]:
     """The candidates found in the heuristics' share of the time limit, and whether they were cut short:
-    :func:`first_answer`, :func:`ordered_greedy`, then the warm start's baselines and plans (not its
-    other microbatch orders, whose search cannot stop before its count of builds). They are made in a
-    worker thread that starts none after the share, nor one that would end after the time kept for
+    :func:`ordered_greedy`, :func:`first_answer` if none yet, then the warm start's baselines and plans
+    (not its other microbatch orders, whose search cannot stop before its count of builds). They are made
+    in a worker thread that starts none after the share, nor one that would end after the time kept for
     checking; the one it is making then is waited for until that time (the search gets what is left),
-    and left to end unobserved after that, unless none has ended, when the first one is waited for
-    (1F1B or the serial plan, unless ``warm_start`` names a method)."""
+    and left to end unobserved after that, unless none has ended, when the first one is waited for."""
     knobs, T = options.settings.quick, budget.time_limit
     found: list[Schedule] = [given_warm_start(problem, s) for s in (options.warm_schedule,) if s is not None]
     cut = False
@@ -134,8 +133,9 @@ def _heuristics(problem: Problem, options: SolveOptions, budget: Budget,
 
         def candidates() -> None:
             if options.warm_start == "auto":
-                first_answer(problem, found)
-                ordered_greedy(problem, until, found)
+                ordered_greedy(problem, until, found)  # per-microbatch problems: the likely best first
+                if not found:
+                    first_answer(problem, found)
             baseline_warm_starts(problem, options.warm_start, knobs.warm_start_share * T, until, out=found)
             if options.warm_start == "auto":
                 own_warm_starts(problem, until, at_least_one=not found, out=found,
@@ -169,43 +169,66 @@ def _fits(problem: Problem, schedule: Schedule) -> bool:
 
 class Searched(NamedTuple):
     best: Schedule
-    tried: int  # swaps tried
-    kept: int  # swaps that shortened it
+    tried: int  # moves tried
+    kept: int  # moves that shortened it
     by_clock: bool  # the clock ended the search (not ``max_tries``)
 
 
+def slot_order(schedule: Schedule) -> list[int]:
+    """The microbatches in the order their forwards start on stage 0 (slot k runs microbatch ``[k]``)."""
+    return [j for _, j in sorted((op.start, op.microbatch) for op in schedule.ops
+                                 if op.kind is OpKind.F and op.stage == 0)]
+
+
+def _move(slots: list[int], work: tuple[float, ...], rng: random.Random) -> list[int]:
+    """Another slot order: two microbatches swap slots, one moves to another slot, or one of the costliest
+    quarter moves to the first or the last slot (where the pipeline fills and drains)."""
+    new, m, kind = list(slots), len(slots), rng.randrange(3)
+    if kind == 0:
+        a, b = rng.sample(range(m), 2)
+        new[a], new[b] = new[b], new[a]
+    elif kind == 1:
+        a, b = rng.sample(range(m), 2)
+        new.insert(b, new.pop(a))
+    else:
+        costliest = sorted(range(m), key=lambda k: -work[slots[k]])[:max(1, m // 4)]
+        new.insert(rng.choice((0, m - 1)), new.pop(rng.choice(costliest)))
+    return new
+
+
 def order_search(start: Schedule, seed: int, until: float | None, max_tries: int | None) -> Searched:
-    """``start`` with microbatches swapped where that shortens it (see the module doc). Only for a
-    per-microbatch schedule without recomputes or transfers (an offload or a recompute is of one
-    microbatch); ``until`` (``time.monotonic()``) and ``max_tries`` end it. The best is not checked yet."""
+    """``start`` in other microbatch orders where that shortens it (see the module doc): each device keeps
+    its op order, and the microbatch of each slot (:func:`slot_order`) changes by one move of
+    :func:`_move`. Only for a per-microbatch schedule without recomputes or transfers (an offload or a
+    recompute is of one microbatch); ``until`` (``time.monotonic()``) and ``max_tries`` end it. The best
+    is not checked yet."""
     problem = start.problem
     work = problem.microbatch_work
-    m = problem.microbatches
-    # a swap of equal microbatches changes nothing
-    pairs = [(a, b) for a in range(m) for b in range(a + 1, m) if work[a] != work[b]]
-    if not problem.per_microbatch or start.uses_levers or not pairs:
+    if not problem.per_microbatch or start.uses_levers or len(set(work)) < 2:
         return Searched(start, 0, 0, False)
     rng = random.Random(seed)
-    orders = device_orders(start)
+    orders, slots = device_orders(start), slot_order(start)
     best, tried, kept = start, 0, 0
     while max_tries is None or tried < max_tries:
         if until is not None and time.monotonic() >= until:
             return Searched(best, tried, kept, True)
-        a, b = pairs[rng.randrange(len(pairs))]
-        swap = {a: b, b: a}
-        trial = [[op._replace(microbatch=swap.get(op.microbatch, op.microbatch)) for op in order] for order in orders]
+        new = _move(slots, work, rng)
         tried += 1
+        rename = dict(zip(slots, new))  # the microbatch of slot k becomes new[k]
+        if all(work[a] == work[b] for a, b in rename.items()):
+            continue  # equal microbatches trade places: nothing changes
+        trial = [[op._replace(microbatch=rename[op.microbatch]) for op in order] for order in orders]
         ops = simulate(problem, trial)
         if max(op.end for op in ops) >= best.makespan - EPS:
             continue
         schedule = make_schedule(problem, ops, start.method.name)
         if _fits(problem, schedule):
-            best, orders, kept = schedule, trial, kept + 1
+            best, orders, slots, kept = schedule, trial, new, kept + 1
     return Searched(best, tried, kept, False)
 
 
 def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[str]) -> tuple[Schedule, int, int]:
-    """The order search from ``warm``, or the levers it can do without dropped: (best, checked; swaps tried, kept)."""
+    """The order search from ``warm``, or the levers it can do without dropped: (best, checked; moves tried, kept)."""
     until = budget.deadline - budget.reserve
     share = (1 - options.settings.quick.warm_start_share) * budget.time_limit
     if warm.uses_levers:
@@ -222,7 +245,7 @@ def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[
     if budget.deterministic and searched.by_clock:
         notes.append("the wall clock ended the order search: this run may not be reproducible")
     if searched.best is not warm and check(searched.best).ok:
-        notes.append(f"order search: {searched.kept} of {searched.tried} swaps of two microbatches shortened it "
+        notes.append(f"order search: {searched.kept} of {searched.tried} moves of microbatches shortened it "
                      f"({warm.makespan:g} -> {searched.best.makespan:g})")
         return searched.best, searched.tried, searched.kept
     return warm, searched.tried, searched.kept
