@@ -180,7 +180,7 @@ def slot_order(schedule: Schedule) -> list[int]:
                                  if op.kind is OpKind.F and op.stage == 0)]
 
 
-def _move(slots: list[int], work: tuple[float, ...], rng: random.Random) -> list[int]:
+def moved_slots(slots: list[int], work: tuple[float, ...], rng: random.Random) -> list[int]:
     """Another slot order: two microbatches swap slots, one moves to another slot, or one of the costliest
     quarter moves to the first or the last slot (where the pipeline fills and drains)."""
     new, m, kind = list(slots), len(slots), rng.randrange(3)
@@ -199,7 +199,7 @@ def _move(slots: list[int], work: tuple[float, ...], rng: random.Random) -> list
 def order_search(start: Schedule, seed: int, until: float | None, max_tries: int | None) -> Searched:
     """``start`` in other microbatch orders where that shortens it (see the module doc): each device keeps
     its op order, and the microbatch of each slot (:func:`slot_order`) changes by one move of
-    :func:`_move`. Only for a per-microbatch schedule without recomputes or transfers (an offload or a
+    :func:`moved_slots`. Only for a per-microbatch schedule without recomputes or transfers (an offload or a
     recompute is of one microbatch); ``until`` (``time.monotonic()``) and ``max_tries`` end it. The best
     is not checked yet."""
     problem = start.problem
@@ -212,7 +212,7 @@ def order_search(start: Schedule, seed: int, until: float | None, max_tries: int
     while max_tries is None or tried < max_tries:
         if until is not None and time.monotonic() >= until:
             return Searched(best, tried, kept, True)
-        new = _move(slots, work, rng)
+        new = moved_slots(slots, work, rng)
         tried += 1
         rename = dict(zip(slots, new))  # the microbatch of slot k becomes new[k]
         if all(work[a] == work[b] for a, b in rename.items()):

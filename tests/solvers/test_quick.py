@@ -14,7 +14,8 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers.api import NoSolutionError, SolveOptions
 from ppsolve.solvers.phases import model_ops, solve
-from ppsolve.solvers.quick import device_orders, first_answer, model_pays_off, order_search, ordered_greedy, short_ends
+from ppsolve.solvers.quick import (device_orders, first_answer, model_pays_off, moved_slots, order_search,
+                                   ordered_greedy, short_ends, slot_order)
 from tests.helpers import ROOT, make_problem, one_f_one_b_orders
 
 PER_MICROBATCH = ROOT / "instances" / "per-microbatch" / "example.json"
@@ -97,3 +98,15 @@ def test_first_answer_and_the_ordered_list_schedules_pass_the_checker():
     assert [s.method.name for s in ordered] == ["greedy@short-ends", "greedy@shortest-first", "greedy@longest-first"]
     assert all(check(s).ok for s in ordered)
     assert ordered_greedy(make_problem(devices=2, microbatches=4), lambda: False, []) == []  # equal microbatches
+
+
+def test_a_move_changes_slots_but_keeps_every_microbatch():
+    import random
+
+    slots, work = list(range(8)), (5.0, 1.0, 7.0, 2.0, 9.0, 3.0, 8.0, 4.0)
+    rng = random.Random(0)
+    moved = [moved_slots(slots, work, rng) for _ in range(200)]
+    assert all(sorted(new) == slots for new in moved)
+    assert any(new[0] in (4, 6) or new[-1] in (4, 6) for new in moved if new != slots)  # a costliest one to an end
+    start = _start()
+    assert sorted(slot_order(start)) == list(range(start.problem.microbatches))
