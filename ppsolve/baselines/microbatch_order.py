@@ -52,8 +52,9 @@ Permutation = list[int]
 
 
 def critical_costs(problem: Problem) -> np.ndarray:
-    """Per microbatch, the sum over stages of its compute time (F, B and W; fused B includes W)."""
-    return sum(problem.durations[kind].array.sum(axis=0) for kind in problem.kinds)
+    """Per microbatch, the sum over stages of its compute time (F, B and W; fused B includes W):
+    :attr:`Problem.microbatch_work` as an array."""
+    return np.asarray(problem.microbatch_work)
 
 
 def longest_first(problem: Problem) -> Permutation:
