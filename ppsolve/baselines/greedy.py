@@ -25,12 +25,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ppsolve.baselines.common import SMALL_OPS, finish, most_offload, smallest
+from ppsolve.baselines.common import SMALL_OPS, finish, lower_bound, most_offload, smallest
 from ppsolve.baselines.listsched import ListPolicy, list_orders
 from ppsolve.baselines.vblocks import block_rows, orders_of, timing
 from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
 from ppsolve.baselines.zbv_auto import zbv_orders
-from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
+from ppsolve.bounds import min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
 from ppsolve.method_types import RunOptions
@@ -162,7 +162,7 @@ def _search(problem: Problem, caps):
     """The fastest candidate within ``caps``: ((makespan, offloaded, orders, amounts, ops, peaks), policy)."""
     caps = tuple(caps)
     bounded = any(c is not None for c in caps)
-    target = makespan_lower_bound(problem).value * (1 + 1e-4)  # within 0.01% of the bound: stop
+    target = lower_bound(problem) * (1 + 1e-4)  # within 0.01% of the bound: stop
     small = len(problem.kinds) * problem.num_stages * problem.microbatches <= SMALL_OPS  # more candidates
     policies = [ListPolicy(limit=caps)]
     if problem.chunks > 1 and small:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ppsolve.errors import InputError
 from ppsolve.jsonio import read_json, require_directory
+from ppsolve.planning import solve_result
 from ppsolve.problem import load_problem
 from ppsolve.schedule import schedule_from_dict
 from ppsolve.solvers.api import DEFAULT_TIME_LIMIT
@@ -82,15 +83,14 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)  # bad input is answered before the solver is even imported
     warn_implausible(problem)
     warm_schedule = _warm_schedule(args.warm_start)
-    from ppsolve.solvers import SolveOptions, solve
     started = getattr(args, "started", None) or time.monotonic()  # cli.main: when the command began
     deadline = started + args.time_limit
-    result = solve(problem, SolveOptions(
-        solver=args.solver, time_limit=args.time_limit, threads=args.threads, seed=args.seed, objective=args.objective,
-        makespan_limit=_limit(args.makespan_limit), warm_start=args.warm_start,
-        warm_schedule=warm_schedule, quiet=args.quiet,
-        ignore_capacity=args.ignore_capacity, stream=sys.stderr, started=started,
-        keep_after=min(AFTER_SHARE * args.time_limit, AFTER_MAX)))
+    result = solve_result(
+        problem, time_limit=args.time_limit, solver=args.solver, threads=args.threads, seed=args.seed,
+        objective=args.objective, makespan_limit=_limit(args.makespan_limit),
+        warm_start=args.warm_start if warm_schedule is None else warm_schedule, ignore_capacity=args.ignore_capacity,
+        progress=None if args.quiet else sys.stderr, started=started,
+        keep_after=min(AFTER_SHARE * args.time_limit, AFTER_MAX))
     schedule = result.schedule  # solve() returns only schedules that passed the checker
     schedule.save(args.output)
     advice, cut = None, False

@@ -9,11 +9,14 @@ With ``balance`` the summary compares it with the loader's microbatches (the fil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from ppsolve.costmodel.descriptions import Transformer
-from ppsolve.costmodel.documents import Batch, MicrobatchTime
+from ppsolve.costmodel.build import Layout
+from ppsolve.costmodel.descriptions import Hardware, Transformer
+from ppsolve.costmodel.documents import (Batch, MicrobatchTime, batch_from_data, build_documents_problem,
+                                         microbatch_time)
+from ppsolve.costmodel.partition import Partition, even_partition
 from ppsolve.costmodel.packing import imbalance, pack_balance, pack_sequential
 from ppsolve.errors import InputError
 from ppsolve.problem import Problem
@@ -77,6 +80,34 @@ def _refuse_long_documents(batch: Batch, budget: int, split: bool) -> None:
         if length > budget:
             raise InputError(where, f"{length} tokens do not fit the token budget of {budget} per microbatch "
                                     "(documents are not split unless --split-documents)")
+
+
+def problem_for_batch(model: Transformer, hardware: Hardware, layout: Layout,
+                      documents: Sequence[int] | Sequence[Sequence[int]], *, partition: Partition | None = None,
+                      pack: str | None = None, tokens_per_microbatch: int | None = None,
+                      split_documents: bool = False) -> Problem:
+    """One training step's problem from its documents (what ``ppsolve problem --documents`` writes).
+
+    ``documents``: the step's microbatches as the data loader formed them (lists of document lengths in
+    tokens), or a flat list of document lengths in the loader's order, which ``pack`` forms into
+    microbatches: ``sequential`` (the default for a flat list: fill each to the token budget) or
+    ``balance`` (the same count, balanced critical cost); ``pack`` re-forms given microbatches too.
+    The token budget is ``tokens_per_microbatch``, else the model's ``sequence x micro_batch_size``.
+    ``partition``: layers per stage (default even); ``layout.microbatches`` is not read. Bad input raises
+    InputError naming ``documents[j][i]`` (or ``documents.documents[i]``) as the command does.
+    """
+    if pack not in (None, "sequential", "balance"):
+        raise InputError("pack", f"must be sequential or balance, got {pack!r}")
+    flat = all(isinstance(length, int) and not isinstance(length, bool) for length in documents)
+    data = {"documents": list(documents)} if flat and documents else [list(mb) for mb in documents]
+    batch = batch_from_data(data)
+    partition = partition or even_partition(model.layers, layout.stages, "partition")
+    budget = token_budget(batch, tokens_per_microbatch, model)
+    cost = microbatch_time(model, hardware, layout, partition)
+    formed = form_microbatches(batch, budget, pack, split_documents, cost)
+    microbatches = formed[-1].microbatches
+    return build_documents_problem(model, hardware, replace(layout, microbatches=len(microbatches)), partition,
+                                   microbatches)
 
 
 def step_1f1b(problem: Problem) -> float | str:

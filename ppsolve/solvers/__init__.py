@@ -4,7 +4,7 @@ for the method registry (:mod:`ppsolve.methods`), so ``bench`` and ``frontier`` 
 Layout: ``api`` (options, Status, phases, the backend contract, what a backend is asked and
 answers), ``backends`` (the backends by name), ``phases`` (``solve``, the one entry point, and its phases), ``budget`` (the
 time limit), ``warm_start``, ``scaling`` (all integer scaling), ``progress``, ``lns`` and
-``window`` (large-neighbourhood search); one folder per backend (``cpsat``, ``milp``), imported
+``window`` (large-neighbourhood search), ``quick`` (time limits too short for a model); one folder per backend (``cpsat``, ``milp``), imported
 only when chosen.
 """
 

@@ -163,6 +163,7 @@ class PhaseAnswer:
     work: float = 0.0  # deterministic work done, in the budget's seconds (CP-SAT: deterministic time over its rate)
 
 
+WORKER = "ppsolve-worker"  # the name of the threads below (a program can wait for them to end)
 STOP_GRACE = 3.0  # seconds a search may take to end after Ctrl-C before it is abandoned
 
 
@@ -181,7 +182,7 @@ def _start_thread(work: Callable[[], Any]) -> tuple[dict, threading.Event]:
         finally:
             done.set()
 
-    threading.Thread(target=run, daemon=True).start()
+    threading.Thread(target=run, daemon=True, name=WORKER).start()
     return result, done
 
 

@@ -1,7 +1,9 @@
 """The one entry point of the solvers: ``solve(problem, SolveOptions) -> SolveResult``.
 
 Steps: refuse an impossible capacity (exit 3 with the least capacity that
-could work); take the best warm start within its share of the time; run the
+could work); below a second, when the time limit cannot pay for a model, answer
+by the quick path instead (``ppsolve.solvers.quick``: heuristics and an order
+search, no backend); take the best warm start within its share of the time; run the
 phases on the chosen backend (imported only when chosen); turn each phase's
 solutions into schedules with :func:`realise` (checked; the newest that passes
 wins); keep the answer never worse than the warm start; report the status, the
@@ -39,12 +41,13 @@ from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, PhaseAnswer, PhaseTask,
                                  SolveOptions, SolveResult, Status, wait_for)
-from ppsolve.solvers.backends import load_backend
+from ppsolve.solvers.backends import BACKENDS, load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
 from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
+from ppsolve.solvers.quick import model_pays_off, quick_solve
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 from ppsolve.tolerance import EPS, MODEL_EPS, slack
@@ -380,12 +383,16 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     check_seconds(options.time_limit, "time-limit")
     if options.makespan_limit is not None:
         _parse_makespan_limit(options.makespan_limit)  # bad input is answered before any work
-    backend = load_backend(options.solver)
+    # a limit too short for a model takes the quick path, which imports no backend (an unknown name is refused)
+    quick = not model_pays_off(options, model_ops(problem, options.offload, options.recompute))
+    backend = None if quick and options.solver in BACKENDS else load_backend(options.solver)
     if options.ignore_capacity:
         problem = problem.replace(capacity=None)
     if not options.recompute:  # keep or offload only: the problem as if it had no recompute block
         problem = problem.replace(recompute=None)
     require_feasible_capacity(problem)
+    if backend is None:
+        return quick_solve(problem, options, budget)
     run = _Run(problem, options, budget, backend)
     try:
         warm = _warm_start(run)

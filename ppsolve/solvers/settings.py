@@ -106,9 +106,29 @@ class LnsSettings:
 
 
 @dataclass(frozen=True)
+class QuickSettings:
+    """Time limits too short for a model: the quick path (``ppsolve.solvers.quick``)."""
+
+    # A limit of ``below`` seconds or more always builds the model (so those solves are unchanged); a shorter
+    # one builds it only when it can pay: at least model_seconds plus model_seconds_per_op per op the model
+    # places (up to PhaseSettings.whole_model_ops: larger problems search windows). Set by comparing both
+    # paths at 0.3, 0.6 and 0.9 s on the 4 x 8 to 6 x 12 problems of instances/ (96 to 192 ops; 2-core
+    # machine, shared): equal on most, either one up to 5 % shorter on the others; at d = 8, m = 32 the
+    # model path found no schedule at all within 2 s on the busy machine (its import and build alone).
+    below: float = 1.0
+    model_seconds: float = 0.5
+    model_seconds_per_op: float = 0.001
+    warm_start_share: float = 0.6  # of the time limit: the heuristics; the order search gets the rest
+    # deterministic mode: the order search tries this many orders per op-second of its share (a try is one
+    # simulation, about 2 microseconds per op on the bench machine)
+    tries_per_op_second: int = 100_000
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every knob of a solve."""
 
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     phases: PhaseSettings = field(default_factory=PhaseSettings)
     lns: LnsSettings = field(default_factory=LnsSettings)
+    quick: QuickSettings = field(default_factory=QuickSettings)

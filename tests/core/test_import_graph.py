@@ -20,10 +20,11 @@ PACKAGE = ROOT / "ppsolve"
 LAYERS = (
     ("errors", "jsonio", "limits", "schemas", "ops", "costs", "problem", "levers", "dependencies", "memory",
      "schedule", "gcpause", "tolerance", "units", "metric_warnings"),
-    ("simulator", "checker", "method_types", ""),  # "": the package itself (re-exports the data and simulate)
+    ("simulator", "checker", "method_types"),
     ("bounds",),
     ("baselines", "solvers"),
     ("methods",),
+    ("planning", "planner", ""),  # "": the package itself (re-exports the data, simulate, solve and Planner)
     ("studies", "costmodel", "export"),
     ("plot", "executor"),
     ("commands", "cli", "__main__"),

@@ -1,0 +1,112 @@
+"""The quick path (``ppsolve.solvers.quick``): when it is taken, and its search over microbatch orders.
+
+The simulator times every order and the checker judges the result; the search's answer is compared with
+its start (never longer) and with itself (the same seed gives the same schedule).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsolve.checker import check
+from ppsolve.problem import load_problem
+from ppsolve.schedule import make_schedule
+from ppsolve.simulator import simulate
+from ppsolve.solvers.api import NoSolutionError, SolveOptions
+from ppsolve.solvers.phases import model_ops, solve
+from ppsolve.solvers.quick import (device_orders, first_answer, model_pays_off, moved_slots, order_search,
+                                   ordered_greedy, short_ends, slot_order)
+from tests.helpers import ROOT, make_problem, one_f_one_b_orders
+
+PER_MICROBATCH = ROOT / "instances" / "per-microbatch" / "example.json"
+
+
+def _ops(problem) -> int:
+    return model_ops(problem, offload=True)
+
+
+@pytest.mark.parametrize("time_limit, devices, microbatches, objective, pays", [
+    (1.0, 8, 32, "makespan", True),  # a second or more always builds the model
+    (0.9, 2, 3, "makespan", True),  # 18 ops: the model is quick to build
+    (0.9, 8, 32, "makespan", False),  # 768 ops
+    (0.2, 2, 3, "makespan", False),
+    (0.2, 8, 32, "memory", True),  # the quick path answers the makespan objective only
+])
+def test_when_the_model_pays_off(time_limit, devices, microbatches, objective, pays):
+    problem = make_problem(devices=devices, microbatches=microbatches)
+    options = SolveOptions(time_limit=time_limit, objective=objective)
+    assert model_pays_off(options, _ops(problem)) is pays
+
+
+def _start():
+    problem = load_problem(PER_MICROBATCH).replace(capacity=None)
+    return make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b")
+
+
+def test_device_orders_time_back_to_the_schedule():
+    start = _start()
+    assert max(op.end for op in simulate(start.problem, device_orders(start))) == pytest.approx(start.makespan)
+
+
+def test_order_search_shortens_a_per_microbatch_schedule_and_is_seeded():
+    start = _start()
+    found = order_search(start, seed=1, until=None, max_tries=200)
+    assert found.tried == 200 and not found.by_clock
+    assert check(found.best).ok and found.best.makespan < start.makespan
+    assert found.kept > 0
+    again = order_search(start, seed=1, until=None, max_tries=200)
+    assert again.best.ops == found.best.ops
+
+
+def test_order_search_keeps_every_capacity():
+    problem = load_problem(PER_MICROBATCH)
+    start = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b")
+    capped = problem.replace(capacity=tuple(start.peak_memory))  # exactly what data order needs
+    start = make_schedule(capped, list(start.ops), "1f1b")
+    found = order_search(start, seed=0, until=None, max_tries=200)
+    assert check(found.best).ok and found.best.makespan <= start.makespan
+
+
+def test_order_search_leaves_equal_microbatches_alone():
+    problem = make_problem(devices=2, microbatches=4)
+    start = make_schedule(problem, simulate(problem, one_f_one_b_orders(problem)), "1f1b")
+    found = order_search(start, seed=0, until=None, max_tries=50)
+    assert found.best is start and found.tried == 0
+
+
+def test_no_heuristic_no_schedule():
+    problem = make_problem(devices=8, microbatches=32)
+    with pytest.raises(NoSolutionError, match="no schedule found within the time limit"):
+        solve(problem, SolveOptions(time_limit=0.3, warm_start="none"))
+
+
+def test_short_ends_puts_the_cheapest_at_both_ends():
+    problem = load_problem(PER_MICROBATCH)
+    order = short_ends(problem)
+    work = problem.microbatch_work
+    assert sorted(order) == list(range(problem.microbatches))
+    cheapest = sorted(range(problem.microbatches), key=lambda j: (work[j], j))
+    assert {order[0], order[-1]} == set(cheapest[:2])
+    assert max(work) == work[order[len(order) // 2 - 1]] or max(work) == work[order[len(order) // 2]]
+
+
+def test_first_answer_and_the_ordered_list_schedules_pass_the_checker():
+    problem = load_problem(PER_MICROBATCH)
+    found = first_answer(problem, [])
+    assert len(found) == 1 and check(found[0]).ok
+    ordered = ordered_greedy(problem, lambda: False, [])
+    assert [s.method.name for s in ordered] == ["greedy@short-ends", "greedy@shortest-first", "greedy@longest-first"]
+    assert all(check(s).ok for s in ordered)
+    assert ordered_greedy(make_problem(devices=2, microbatches=4), lambda: False, []) == []  # equal microbatches
+
+
+def test_a_move_changes_slots_but_keeps_every_microbatch():
+    import random
+
+    slots, work = list(range(8)), (5.0, 1.0, 7.0, 2.0, 9.0, 3.0, 8.0, 4.0)
+    rng = random.Random(0)
+    moved = [moved_slots(slots, work, rng) for _ in range(200)]
+    assert all(sorted(new) == slots for new in moved)
+    assert any(new[0] in (4, 6) or new[-1] in (4, 6) for new in moved if new != slots)  # a costliest one to an end
+    start = _start()
+    assert sorted(slot_order(start)) == list(range(start.problem.microbatches))
