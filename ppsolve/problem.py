@@ -284,6 +284,25 @@ class Problem:
         return tuple(float(w) for w in work)
 
     @cached_property
+    def microbatch_signatures(self) -> tuple[tuple, ...]:
+        """Per microbatch, every cost it has (each grid's column and its p2p latency): two microbatches with
+        equal signatures are interchangeable (swapping their labels changes no schedule's times or memory)."""
+        grids = [self.forward, self.backward_input, self.backward_weight, self.activation, self.weight_hold]
+        if self.recompute is not None:
+            grids += [self.recompute.keep, self.recompute.time]
+        return tuple(tuple(tuple(g.array[:, j].tolist()) for g in grids) + (self.p2p_times[j],)
+                     for j in range(self.microbatches))
+
+    @cached_property
+    def canonical(self) -> "Problem":
+        """This problem with its microbatches renumbered in the order of their signatures: every renumbering
+        of one batch has the same canonical problem, and the same optimum (itself when costs do not differ)."""
+        if not self.per_microbatch:
+            return self
+        signatures = self.microbatch_signatures
+        return self.with_microbatches(sorted(range(self.microbatches), key=lambda j: (signatures[j], j)))
+
+    @cached_property
     def total_compute(self) -> float:
         return sum(self.device_load(d) for d in range(self.devices))
 

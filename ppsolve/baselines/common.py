@@ -94,11 +94,17 @@ def finish(problem: Problem, orders: Sequence[Sequence[Op]], name: str, options:
                          seconds=time.perf_counter() - started, **extra)
 
 
-@functools.lru_cache(maxsize=8)
 def lower_bound(problem: Problem) -> float:
-    """:func:`ppsolve.bounds.makespan_lower_bound`, remembered for the last few problems: a warm start builds
-    many schedules of one problem (greedy asks twice a build), and the bound of a per-microbatch problem
-    costs about as much as a list schedule of it (0.1 s of CPU at d = 8, m = 32)."""
+    """:func:`ppsolve.bounds.makespan_lower_bound` of the problem's canonical form (its microbatches in one
+    order: a renumbering has the same optimum, so the bound is valid for every order), remembered for the
+    last few problems: a warm start builds many schedules of one problem (greedy asks twice a build, a
+    microbatch-order search builds one per order), and the bound of a per-microbatch problem costs about
+    as much as a list schedule of it (0.1 s of CPU at d = 8, m = 32)."""
+    return _canonical_bound(problem.canonical)
+
+
+@functools.lru_cache(maxsize=8)
+def _canonical_bound(problem: Problem) -> float:
     return makespan_lower_bound(problem).value
 
 

@@ -20,13 +20,8 @@ def identical_classes(problem: Problem) -> tuple[tuple[int, ...], ...]:
     m = problem.microbatches
     if not problem.per_microbatch:
         return (tuple(range(m)),)
-    grids = [problem.forward, problem.backward_input, problem.backward_weight, problem.activation,
-             problem.weight_hold]
-    if problem.recompute is not None:
-        grids += [problem.recompute.keep, problem.recompute.time]
-    columns = [tuple(tuple(g.array[:, j].tolist()) for g in grids) + (problem.p2p_times[j],) for j in range(m)]
     classes: dict[tuple, list[int]] = {}
-    for j, column in enumerate(columns):
+    for j, column in enumerate(problem.microbatch_signatures):
         classes.setdefault(column, []).append(j)
     return tuple(tuple(members) for members in sorted(classes.values()))
 
