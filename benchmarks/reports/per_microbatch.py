@@ -2,8 +2,8 @@
 the microbatch-order heuristics, random 1F1B orders and the bound.
 
     python -m benchmarks.reports.per_microbatch [--time-limit 60] [--threads 2] [--random 3000]
-        [--section docs/bench/sections/60-per-microbatch.md] [--json docs/bench/per_microbatch.json]
-        [problem.json ...]
+        [--section docs/bench/sections/60-per-microbatch.md] [--table docs/bench/per_microbatch.md]
+        [--json docs/bench/per_microbatch.json] [--render JSON] [problem.json ...]
 
 By default the DynaPipe-like problems of instances/per-microbatch/ with 8 stages and 32 microbatches
 (sigma 0.1 to 3.2, seed 0), 8 x 16 and 16 x 32 at sigma 0.8, and the two long-context batches
@@ -22,8 +22,11 @@ Every schedule is checked (``run_and_check``). The ratios are to data-order 1F1B
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from benchmarks import harness
 from benchmarks.harness import ROOT, fmt
@@ -90,9 +93,10 @@ def _ratio(x: float | None, base: float | None) -> str:
     return "-" if x is None or not base else f"{x / base:.3f}"
 
 
-def section(rows: list[Row], command: str) -> str:
-    lines = ["## Per-microbatch costs: the solver against data order, order heuristics and the bound", "",
-             f"`{command}` (one run; caps at data-order 1F1B's peak; ratios to data-order 1F1B).", ""]
+def table(rows: list[Row], command: str) -> str:
+    """The whole table, one row a problem."""
+    lines = ["# Per-microbatch costs: the solver against data order, order heuristics and the bound", "",
+             f"`{command}` (caps at data-order 1F1B's peak; ratios to data-order 1F1B).", ""]
     lines += harness.table(["problem", "1F1B data order", "best published (data order)", "best order heuristic",
                             "best random 1F1B order", "solve", "solve / 1F1B", "bound", "gap"])
     for r in rows:
@@ -102,28 +106,69 @@ def section(rows: list[Row], command: str) -> str:
             if r.best_ordered else "-"
         rand = f"{fmt(r.best_random)} ({_ratio(r.best_random, r.onef1b)}, {r.random_fitting} fit)" \
             if r.best_random else "-"
-        gap = "-" if r.solve is None or r.bound is None else f"{(r.solve - r.bound) / r.solve:.1%}"
         lines.append(harness.row([r.problem, fmt(r.onef1b), pub, ordered, rand,
-                                  f"{fmt(r.solve)} {r.status}", _ratio(r.solve, r.onef1b), fmt(r.bound), gap]))
+                                  f"{fmt(r.solve)} {r.status}", _ratio(r.solve, r.onef1b), fmt(r.bound), _gap(r)]))
+    return "\n".join(lines)
+
+
+def _gap(r: Row) -> str:
+    return "-" if r.solve is None or r.bound is None else f"{(r.solve - r.bound) / r.solve:.1%}"
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.3f}-{max(values):.3f}" if values else "-"
+
+
+def section(rows: list[Row], command: str, table_link: str | None, seconds: float) -> str:
+    """BENCHMARKS.md's summary: the ranges over the problems, and the link to the whole table."""
+    solved = [r for r in rows if r.solve is not None and r.onef1b]
+    ratio = lambda pick: [pick(r) / r.onef1b for r in solved if pick(r)]  # noqa: E731
+    gaps = [(r.solve - r.bound) / r.solve for r in solved if r.bound is not None]
+    lines = ["## Per-microbatch costs: the solver against data order, order heuristics and the bound", "",
+             f"`{command}`, one run: {len(rows)} problems (DynaPipe-like and long-context batches, caps at "
+             f"data-order 1F1B's peak), every schedule checked. Makespan over data-order 1F1B: the {seconds:g} s solve "
+             f"{_span(ratio(lambda r: r.solve))}; the best order heuristic "
+             f"{_span(ratio(lambda r: r.best_ordered and r.best_ordered[1]))}; the best random 1F1B order that "
+             f"fits {_span(ratio(lambda r: r.best_random))}; the best published schedule in data order "
+             f"{_span(ratio(lambda r: r.best_published and r.best_published[1]))}. Gap of the solve to the "
+             f"bound: {min(gaps):.1%}-{max(gaps):.1%}." if solved and gaps else f"`{command}`: no solve."]
+    if table_link:
+        lines += ["", f"Every problem: [{table_link}]({table_link})."]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = harness.parser(__doc__, problems=True, time_limit=60.0, threads=None, section=None, json=None)
+    parser = harness.parser(__doc__, problems=True, time_limit=60.0, threads=None, section=None, json=None,
+                            render=None)
     parser.add_argument("--random", type=int, default=3000, help="random 1F1B orders tried (default %(default)s)")
+    parser.add_argument("--table", type=Path, help="write the whole table (Markdown) here; the section links it")
     args = parser.parse_args(argv)
     paths = list(args.problems) or [FOLDER / f"{name}.json" for name in DEFAULT]
-    rows = []
-    for path in paths:
+    rows = render(args.render) if args.render else []
+    for path in [] if args.render else paths:
         rows.append(measure(path, args.time_limit, args.threads, args.random))
         print(json.dumps(asdict(rows[-1])), flush=True)
-    text = section(rows, harness.command(__spec__, *(argv or [])))
-    print(text)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if args.render:  # the command that measured them
+        at = given.index("--render")
+        given[at:at + 2] = ["--json", str(args.render)] if "--json" not in given else []
+    command = harness.command(__spec__, *given)
+    print(table(rows, command))
+    if args.table:
+        harness.write_section(args.table, table(rows, command))
     if args.section:
-        harness.write_section(args.section, text)
+        link = None if args.table is None else os.path.relpath(args.table, ROOT)
+        harness.write_section(args.section, section(rows, command, link, args.time_limit))
     if args.json:
         write_json_atomic(args.json, [asdict(r) for r in rows])
     return 0
+
+
+def render(path: Path) -> list[Row]:
+    """The rows of an earlier run's ``--json``."""
+    return [Row(**{**r, "best_published": r["best_published"] and tuple(r["best_published"]),
+                   "best_ordered": r["best_ordered"] and tuple(r["best_ordered"])})
+            for r in json.loads(path.read_text())]
 
 
 if __name__ == "__main__":
