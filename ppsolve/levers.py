@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ppsolve.ops import OpKind
+from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 
 
@@ -42,22 +42,33 @@ class Lever:
     marker: OpKind
     """The op that marks one use: one (stage, microbatch) uses the lever when the schedule has this op."""
 
+    shed_rank: int
+    """When shedding removes the uses a schedule can do without, the levers are tried in this order (lowest
+    first): a recompute costs compute time on the device itself, a transfer only link time."""
+    size: Callable[[object], float]
+    """What one use costs, read from its marker op (ScheduledOp-like): shedding tries the largest first."""
+
     def used_by(self, ops) -> set[tuple[int, int]]:
         """The (stage, microbatch) pairs whose activation uses this lever in ``ops``."""
         return {(op.stage, op.microbatch) for op in ops if op.kind is self.marker}
+
+    def ops_of(self, stage: int, microbatch: int) -> tuple[Op, ...]:
+        """The ops one use of the lever adds for (stage, microbatch)."""
+        return tuple(Op(kind, stage, microbatch) for kind in self.kinds)
 
 
 OFFLOAD = Lever(
     name="offload", kinds=(OpKind.OFFLOAD, OpKind.RELOAD), config="offload", metric="offloaded",
     overhead="the amount moved to host memory",
     memory_effect="-amount at the end of OFFLOAD(s,j), +amount at the start of RELOAD(s,j)",
-    available=lambda problem: problem.can_offload, marker=OpKind.OFFLOAD)
+    available=lambda problem: problem.can_offload, marker=OpKind.OFFLOAD, shed_rank=1, size=lambda op: op.amount)
 
 RECOMPUTE = Lever(
     name="recompute", kinds=(OpKind.R,), config="recompute", metric="recomputed",
     overhead="the time of the R ops",
     memory_effect="F(s,j) allocates keep[s][j]; R(s,j) allocates activation - keep at its start",
-    available=lambda problem: problem.can_recompute, marker=OpKind.R)
+    available=lambda problem: problem.can_recompute, marker=OpKind.R, shed_rank=0,
+    size=lambda op: op.end - op.start)
 
 LEVERS: tuple[Lever, ...] = (OFFLOAD, RECOMPUTE)
 """Every lever, in the order curves and summaries name them."""
@@ -74,6 +85,11 @@ def available_levers(problem: Problem) -> tuple[Lever, ...]:
 def without_levers(problem: Problem, levers) -> Problem:
     """``problem`` with the blocks of these levers removed."""
     return problem.replace(**{lever.config: None for lever in levers})
+
+
+def uses(ops) -> list[tuple[Lever, object]]:
+    """Every use of a lever in ``ops`` as (lever, its marker op), in the levers' order."""
+    return [(lever, op) for lever in LEVERS for op in ops if op.kind is lever.marker]
 
 
 def lever_of(kind: OpKind) -> Lever | None:

@@ -11,6 +11,7 @@ from ppsolve.errors import InputError
 from ppsolve.gcpause import without_gc
 from ppsolve.jsonio import read_json, write_json_atomic
 from ppsolve.limits import MAX_OPS, MAX_SCHEDULE_MAGNITUDE
+from ppsolve.levers import uses
 from ppsolve.memory import peak_memory
 from ppsolve.ops import TRANSFER_KINDS, Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
@@ -133,8 +134,8 @@ class Schedule:
 
     @property
     def uses_levers(self) -> bool:
-        """Whether the schedule offloads or recomputes anything."""
-        return self.offloaded > 0 or self.recomputed > 0
+        """Whether the schedule uses a memory lever anywhere (offloads or recomputes something)."""
+        return bool(uses(self.ops))
 
     @cached_property
     def recompute_time(self) -> float:

@@ -24,6 +24,7 @@ import time
 
 from ppsolve.baselines.common import over_capacity
 from ppsolve.checker import check
+from ppsolve.levers import uses
 from ppsolve.memory import memory_curves
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import Schedule, make_schedule
@@ -35,12 +36,10 @@ DUST_PARTNERS = 8  # offloads of its device tried per dust offload
 
 
 def _candidates(schedule: Schedule) -> list[tuple[Op, ...]]:
-    """What may be dropped, in the order tried: each R (longest first), then each transfer pair (largest first)."""
-    recomputes = sorted((op for op in schedule.ops if op.kind is OpKind.R),
-                        key=lambda o: (-(o.end - o.start), -o.start))
-    offloads = sorted((op for op in schedule.ops if op.kind is OpKind.OFFLOAD), key=lambda o: (-o.amount, -o.start))
-    return ([(op.op,) for op in recomputes]
-            + [(op.op, Op(OpKind.RELOAD, op.stage, op.microbatch)) for op in offloads])
+    """What may be dropped, in the order tried: the uses of each lever in its shedding rank (each R, then each
+    transfer pair), the largest of a lever first (the longest R, the largest offload)."""
+    found = sorted(uses(schedule.ops), key=lambda u: (u[0].shed_rank, -u[0].size(u[1]), -u[1].start))
+    return [lever.ops_of(op.stage, op.microbatch) for lever, op in found]
 
 
 def _room(curve: list[tuple[float, float]], start: float, end: float, cap: float) -> float:
