@@ -72,6 +72,11 @@ def shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
     return (r + (1 - r) * mix, g + (1 - g) * mix, b + (1 - b) * mix)
 
 
+def most_chunks(problem) -> int:
+    """The most stages one device holds (an explicit placement may give devices different numbers)."""
+    return max((len(stages) for stages in problem.stages_of_device), default=1)
+
+
 def transfer_devices(schedule: Schedule) -> tuple[int, ...]:
     """The devices that move anything to or from host memory: only they get d2h/h2d lanes."""
     return tuple(sorted({op.device for op in schedule.ops if op.kind.is_transfer}))
@@ -222,9 +227,9 @@ def draw_gantt(schedule: Schedule, size: tuple[float, float] | None = None):
         legend.append(Patch(facecolor=KIND_COLORS[OpKind.R], label="R (recompute)"))
     if lay.lanes:
         legend += [Patch(facecolor=KIND_COLORS[k], label=k.value) for k in (OpKind.OFFLOAD, OpKind.RELOAD)]
-    if problem.chunks > 1:
-        legend += [Patch(facecolor=shade("#777777", c, problem.chunks), label=f"chunk {c}")
-                   for c in range(problem.chunks)]
+    chunks = most_chunks(problem)
+    if chunks > 1:
+        legend += [Patch(facecolor=shade("#777777", c, chunks), label=f"chunk {c}") for c in range(chunks)]
     axes[0].legend(handles=legend, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(legend), frameon=False,
                    fontsize=8, handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
     head, sub = lay.title or wrap_title(schedule, lay.width)
@@ -264,7 +269,7 @@ def _draw_segment(ax, schedule: Schedule, rows: dict, ticks: tuple[list, list], 
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for op in shown:
         y, h = rows[(op.device, schedule.problem.lane_name(op.kind))]
-        color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), problem.chunks)
+        color = shade(KIND_COLORS[op.kind], chunk_of.get(op.stage, 0), most_chunks(problem))
         groups.setdefault((y, h, color), []).append((op.start, max(op.duration, narrowest)))
     thin = narrowest > 0.3 * min((op.duration for op in schedule.ops if op.duration > 0), default=narrowest)
     for (y, h, color), spans in groups.items():
