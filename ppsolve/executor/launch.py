@@ -35,6 +35,7 @@ from ppsolve.executor.runtime import Job, RankResult, run_rank
 STARTUP_S = 120.0  # for the processes to start and import torch (a loaded machine takes a minute), then
 # ``timeout_s`` more to join the process group; the run's own limit counts from there
 STACK_WAIT_S = 1.0  # how long the parent waits for a rank still running to write its stack
+GRACE_S = 5.0  # past the run's own limit, so that a rank's own timeout (counted from its wait) is what reports
 
 
 class ExecutionError(PpsolveError):
@@ -118,7 +119,7 @@ def launch(job: Job | list[Job], world: int) -> list:
                     raise ExecutionError(_first_failure(folder, failed, procs) + _still_running(folder, procs))
                 if not ready and all((Path(folder) / f"ready-{r}").exists() for r in range(world)):
                     ready = True
-                    deadline = time.monotonic() + budget
+                    deadline = time.monotonic() + budget + GRACE_S
                 if time.monotonic() > deadline:
                     waited = time.monotonic() - started
                     what = "" if ready else (

@@ -90,11 +90,13 @@ def spaced_problems(draw, offload: bool = True, most: int = 5) -> Problem:
     return problem.replace(capacity=tuple(n + extra for n in need))
 
 
+# Without offload: the independent CBC model with offload proves few of these (3-5 microbatches) within
+# minutes; the bounds with offload are judged on tiny problems by tests/bounds/test_bound_per_microbatch.py.
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spaced_problems())
+@given(spaced_problems(offload=False))
 @pytest.mark.slow
 def test_admission_bound_never_exceeds_a_proven_optimum(problem):
-    best = proven_optimum(problem, time_limit=120)
+    best = proven_optimum(problem, time_limit=60)
     assert best is not None, "the independent model proved no optimum in time"
     assert max(makespan_lower_bound(problem).admission_bounds) <= best + 1e-9
 
@@ -110,11 +112,11 @@ def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spaced_problems())
+@given(spaced_problems(offload=False))
 @pytest.mark.slow
 def test_idle_bound_never_exceeds_a_proven_optimum(problem):
     # the forced-idle figure on its own (its forwards before the first B limited by their earliest
     # ends as well as by the cap)
-    best = proven_optimum(problem, time_limit=120)
+    best = proven_optimum(problem, time_limit=60)
     assert best is not None, "the independent model proved no optimum in time"
     assert max(makespan_lower_bound(problem).idle_bounds) <= best + 1e-9
