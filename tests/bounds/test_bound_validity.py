@@ -92,7 +92,7 @@ def spaced_problems(draw, offload: bool = True, most: int = 5) -> Problem:
 
 # Without offload: the independent CBC model with offload proves few of these (3-5 microbatches) within
 # minutes; the bounds with offload are judged on tiny problems by tests/bounds/test_bound_per_microbatch.py.
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems(offload=False))
 @pytest.mark.slow
 def test_admission_bound_never_exceeds_a_proven_optimum(problem):
