@@ -321,7 +321,7 @@ class Campaign:
         if result.get("check") not in (None, 0):
             problems.append(f"check refused the schedule it wrote (exit {result['check']}): "
                             + result.get("check_err", "")[:200])
-        if code == 1 and command not in ("check", "run"):
+        if code == 1 and command not in ("check", "run", "export"):  # export refuses an invalid schedule as check does
             problems.append("exit 1 (internal error): " + err.strip()[-200:])
         if judge is not None and not problems:
             out = out_path.read_text(errors="replace") if out_path.exists() else ""
