@@ -140,8 +140,10 @@ def witness(rng: random.Random, data: dict, cap_slack: float = 0.0) -> dict:
 
 def _peaks(ops: list[dict], place: list[int], devices: int, act, hold, keep, recomputed: set,
            split: bool) -> list[float]:
-    """Each device's peak by the contract's memory events and tie rule (a release before an allocation at
-    one instant, unless the released activation's own allocation is at that instant)."""
+    """Each device's peak by the contract's memory events and tie rule: at one instant releases count before
+    allocations, except a release of an activation whose own allocation (by its F or R) is at that instant:
+    that allocation counts first, then that release, both still before the other allocations (the reading
+    under which a runtime's re-timing never raises a peak)."""
     events = []  # (device, time, allocation instant of its activation, delta)
     allocated: dict[tuple[int, int], set] = {}
     for op in ops:
@@ -164,11 +166,19 @@ def _peaks(ops: list[dict], place: list[int], devices: int, act, hold, keep, rec
     peaks = [0.0] * devices
     level = [0.0] * devices
 
+    released = {(s, j, time) for s, j, time, delta in events if delta < 0}
+    first = {}  # the position of each activation's first event: pairs at one instant count in that order
+    for position, (s, j, _, _) in enumerate(events):
+        first.setdefault((s, j), position)
+
     def order(event):
+        # at one instant: releases; then each activation allocated by its F or R and released there, its
+        # allocation before its release; then the other allocations (a RELOAD allocates too)
         s, j, time, delta = event
-        if delta >= 0:
-            return (time, 1)
-        return (time, 2 if time in allocated.get((s, j), ()) else 0)
+        own = time in allocated.get((s, j), ()) and (s, j, time) in released
+        if own:
+            return (time, 1, first[(s, j)], 0 if delta >= 0 else 1)
+        return (time, 2 if delta >= 0 else 0, 0, 0)
 
     for s, j, _, delta in sorted(events, key=order):
         d = place[s]

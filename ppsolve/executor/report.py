@@ -82,6 +82,9 @@ def predicted_peaks(schedule: Schedule, act_bytes: dict, hold_bytes: dict, keep_
                       "weight_hold": _per_op(as_lists(hold_bytes), S) if problem.split_backward else 0}
     if problem.recompute is not None:
         data["recompute"]["keep"] = _per_op(measured_keep(acts, as_lists(keep_bytes or {})), S)
+    # memory in bytes beside the link's bandwidth in the problem's units would put the transfers' durations
+    # out of any range: the peak needs the moved bytes of the ops, not the link
+    data.pop("offload", None)
     measured_problem = problem_from_dict(data)
     acts = measured_problem.activation
     ops = []

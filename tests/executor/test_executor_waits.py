@@ -234,3 +234,19 @@ def test_full_offload_1f1b_duplex_measures_below_the_plan_on_cpu():
     first, last = outcome.figures
     assert first.measured_peak == act and first.predicted_peak == 2 * act
     assert last.measured_peak == last.predicted_peak
+
+
+def test_the_prediction_in_bytes_takes_any_link_and_time_scale():
+    """The measured problem (memory in bytes) keeps the plan's times but not its link: bytes over a bandwidth in
+    the problem's units put the transfers' durations out of ppsolve's 1e9 range (a valid witness plan of the fuzz
+    campaign with 1e-6 ms ops was refused by `run`)."""
+    from ppsolve.problem import problem_from_dict
+
+    problem = problem_from_dict({
+        "format": "ppsolve/problem@1", "devices": 2, "microbatches": 1, "backward": "fused",
+        "time": {"forward": [1e-6, 1], "backward_input": [1, 1e-6], "backward_weight": 0},
+        "memory": {"activation": 1}, "offload": {"fraction": 1, "bandwidth": {"d2h": 0.05, "h2d": 0.05}}})
+    orders = [[F(0, 0), OFFLOAD(0, 0), RELOAD(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]
+    schedule = make(problem, orders, "offload all")
+    assert check(schedule).ok
+    assert predicted_peaks(schedule, {0: 4096, 1: 2048}, {0: 0, 1: 0}) == [4096, 2048]
