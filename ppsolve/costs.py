@@ -13,7 +13,7 @@ microbatch.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -122,12 +122,6 @@ class Grid:
             return Grid(self.field, len(microbatches), per_stage=self._stage)
         return Grid(self.field, len(microbatches), rows=tuple(tuple(row[j] for j in microbatches)
                                                               for row in self._rows))
-
-    def values(self) -> Iterator[tuple[int, int, float]]:
-        """Every (stage, microbatch, value)."""
-        for s in range(self.stages):
-            for j, v in enumerate(self.row(s)):
-                yield s, j, v
 
     def to_json(self) -> Any:
         """The file's form: one number for equal stages, a list of S, or S lists of m."""

@@ -73,10 +73,6 @@ RECOMPUTE = Lever(
 LEVERS: tuple[Lever, ...] = (OFFLOAD, RECOMPUTE)
 """Every lever, in the order curves and summaries name them."""
 
-LEVER_KINDS = frozenset(kind for lever in LEVERS for kind in lever.kinds)
-"""Op kinds that a lever adds (every other kind is in every schedule)."""
-
-
 def available_levers(problem: Problem) -> tuple[Lever, ...]:
     """The levers ``problem`` lets a schedule use."""
     return tuple(lever for lever in LEVERS if lever.available(problem))
@@ -90,8 +86,3 @@ def without_levers(problem: Problem, levers) -> Problem:
 def uses(ops) -> list[tuple[Lever, object]]:
     """Every use of a lever in ``ops`` as (lever, its marker op), in the levers' order."""
     return [(lever, op) for lever in LEVERS for op in ops if op.kind is lever.marker]
-
-
-def lever_of(kind: OpKind) -> Lever | None:
-    """The lever that adds ops of ``kind`` (None for F, B and W)."""
-    return next((lever for lever in LEVERS if kind in lever.kinds), None)
