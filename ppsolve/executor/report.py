@@ -152,7 +152,8 @@ def activation_comparison(schedule: Schedule, results) -> ActivationComparison |
     if "x-profile" not in problem.annotations or problem.units[1] != MEMORY_UNIT:
         return None
     measured = {(s, j): size for s, sizes in microbatch_bytes(results).items() for j, size in enumerate(sizes)}
-    predicted = {(s, j): round(value * GIB) for s, j, value in problem.activation.values()}
+    predicted = {(s, j): round(problem.activation.at(s, j) * GIB)
+                 for s in range(problem.num_stages) for j in range(problem.microbatches)}
     return ActivationComparison(measured, predicted)
 
 
