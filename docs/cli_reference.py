@@ -57,8 +57,8 @@ planned one, would be a bug in ppsolve, and is reported as such (*not executable
               "[torchtitan.md](torchtitan.md).",
     "run": "`--runtime torch`: [pytorch-runtime.md](pytorch-runtime.md); `--runtime torchtitan`: "
            "[torchtitan.md](torchtitan.md).",
-    "problem": "`--documents`: [costmodel.md](costmodel.md#one-steps-documents---documents---pack-ppsolvecostmodeldocumentspy-packingpy) "
-               "and [per-microbatch.md](per-microbatch.md).",
+    "problem": "`--documents`: [costmodel.md](costmodel.md#one-steps-documents---documents---pack-"
+               "ppsolvecostmodeldocumentspy-packingpy) and [per-microbatch.md](per-microbatch.md).",
 }
 
 HEADER = """# Command reference
@@ -101,7 +101,8 @@ def _meaning(action: argparse.Action) -> str:
         text += " (required)"
     shown = action.default not in (None, False, argparse.SUPPRESS)
     if shown and action.nargs != 0 and "default" not in text.lower() and f"({action.default})" not in text:
-        text += f" (default {action.default:g})" if isinstance(action.default, float) else f" (default {action.default})"
+        default = f"{action.default:g}" if isinstance(action.default, float) else action.default
+        text += f" (default {default})"
     return _cell(text)
 
 
@@ -131,8 +132,8 @@ def _tables(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def _section(name: str, helptext: str, parser: argparse.ArgumentParser) -> str:
-    parts = [f"## `ppsolve {name}`\n", f"{_cell(helptext)[0].upper()}{_cell(helptext)[1:]}.\n",
-             f"```\n{_synopsis(name, parser)}\n```\n"]
+    sentence = _cell(helptext)
+    parts = [f"## `ppsolve {name}`\n", f"{sentence[:1].upper()}{sentence[1:]}.\n", f"```\n{_synopsis(name, parser)}\n```\n"]
     if parser.description:
         parts.append(" ".join(parser.description.split()) + "\n")
     parts += _tables(parser)
