@@ -133,7 +133,8 @@ def _tables(parser: argparse.ArgumentParser) -> list[str]:
 
 def _section(name: str, helptext: str, parser: argparse.ArgumentParser) -> str:
     sentence = _cell(helptext)
-    parts = [f"## `ppsolve {name}`\n", f"{sentence[:1].upper()}{sentence[1:]}.\n", f"```\n{_synopsis(name, parser)}\n```\n"]
+    parts = [f"## `ppsolve {name}`\n", f"{sentence[:1].upper()}{sentence[1:]}.\n",
+             f"```\n{_synopsis(name, parser)}\n```\n"]
     if parser.description:
         parts.append(" ".join(parser.description.split()) + "\n")
     parts += _tables(parser)
