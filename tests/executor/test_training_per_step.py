@@ -4,7 +4,10 @@ checked against one process running each document alone; ``examples/train_per_st
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import re
+import socket
 import subprocess
 import sys
 
@@ -20,7 +23,7 @@ from ppsolve.executor.spec import spec_of_transformer  # noqa: E402
 from ppsolve.executor.training import PipelineRank, StepBatch  # noqa: E402
 from ppsolve.schedule import make_schedule  # noqa: E402
 from ppsolve.simulator import simulate  # noqa: E402
-from tests.executor.helpers import pipelined_orders, problem  # noqa: E402
+from tests.executor.helpers import mixed_levers, pipelined_orders, problem  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 
 LLAMA = {"format": "ppsolve/transformer@1", "name": "tiny-llama", "layers": 2, "hidden": 32, "heads": 4,
@@ -108,3 +111,57 @@ def test_the_example_plans_and_checks_every_step_on_two_ranks_through_both_runti
     checks = re.findall(r"^  (ppsolve|torch) runtime: loss [\d.]+; largest error ([\d.e+-]+) .*: OK$", run.stdout, re.M)
     assert [c[0] for c in checks] == ["ppsolve", "torch"] * 3, run.stdout
     assert all(float(c[1]) <= 1e-5 for c in checks)
+
+
+def _levers_schedule():
+    """2 devices, 4 microbatches: three (stage, microbatch) recomputed, three offloaded."""
+    prob = problem(2, 4, offload=True, keep=0.25, duplex=False)
+    return mixed_levers(prob, pipelined_orders(prob, lag=1), {(0, 0), (1, 2), (0, 3)}, {(0, 1), (0, 2), (1, 1)})
+
+
+def _levers_rank(rank: int, port: int, out: str) -> None:
+    """One rank: the levers schedule on packed documents through both runtimes, errors against the reference."""
+    import torch.distributed as dist
+
+    from ppsolve.executor.training import compare_step
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        schedule, spec = _levers_schedule(), spec_of_transformer(transformer_from_dict(LLAMA))
+        batch = _batch([[5, 3, 6], [16], [1, 2, 9], [4, 4]])
+        reference = documents_reference(models.build_full(spec), batch.documents)
+        pipe, errors = PipelineRank(spec, schedule.problem, rank), {}
+        for runtime in ("ppsolve", "torch"):
+            for module in pipe.modules.values():
+                module.zero_grad(set_to_none=True)
+            result = pipe.step(schedule, batch, runtime)
+            comparison = compare_step(reference, result, pipe.modules)
+            errors[runtime] = (comparison.max_error, comparison.missing, sorted(result.losses),
+                               sorted({r.kind for r in result.records}))
+        with open(f"{out}/rank{rank}.json", "w") as handle:
+            json.dump(errors, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_recompute_and_offload_replay_each_microbatch_documents_in_both_runtimes(tmp_path):
+    schedule = _levers_schedule()
+    assert schedule.recomputed and schedule.offloaded
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_levers_rank, args=(r, port, str(tmp_path))) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank, errors in enumerate(ranks):
+        for runtime, (error, missing, losses, kinds) in errors.items():
+            assert error <= 1e-5 and not missing, (rank, runtime, error, missing)
+            assert losses == ([0, 1, 2, 3] if rank == 1 else [])
+            assert {"R", "OFFLOAD", "RELOAD"} <= set(kinds) if rank == 0 else "R" in kinds
