@@ -42,7 +42,7 @@ Pair = tuple[int, int]
 MAX_ROUNDS = 80
 # the caps the warm start's orders are made under: each device's cap plus this many of its largest activations
 RAISES = (1.5, 1.0, 2.0)
-# how much of a reload the compute ops before its B hide
+# a reload is issued this many times its length before its B starts (in the previous round's timing)
 COVERS = (1.0, 1.5)
 # a forward waits for the offloads of the forwards this many or more before it on its device
 GAPS = (2, 1)
