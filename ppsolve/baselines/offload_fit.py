@@ -42,8 +42,6 @@ Pair = tuple[int, int]
 MAX_ROUNDS = 80
 # the caps the warm start's orders are made under: each device's cap plus this many of its largest activations
 RAISES = (1.5, 1.0, 2.0)
-# a reload is issued this many times its length before its B starts (in the previous round's timing)
-COVERS = (1.0, 1.5)
 # a forward waits for the offloads of the forwards this many or more before it on its device
 GAPS = (2, 1)
 
@@ -191,7 +189,7 @@ def raised_orders(problem: Problem, raise_by: dict[int, float], prefer: str) -> 
     return orders
 
 
-def selective_offload(problem: Problem, times: float, prefer: str, cover: float, gap: int) -> Plan:
+def selective_offload(problem: Problem, times: float, prefer: str, gap: int, cover: float = 1.0) -> Plan:
     """The list scheduler's orders (kinds preferred in ``prefer``) with each capped device's cap raised by
     ``times`` its largest activation, fitted by :func:`fit_by_offload`. A device the fit leaves over its
     cap gets its own cap back and the orders are made again. InfeasibleError when no raise is left
@@ -211,14 +209,12 @@ def selective_offload(problem: Problem, times: float, prefer: str, cover: float,
 
 
 def selective_offload_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
-    """(name, make plan) of :func:`selective_offload` for each raise in ``RAISES``, kind preference,
-    reload cover in ``COVERS`` and forward gap in ``GAPS``, lazily; nothing without an offload link or
-    a cap."""
+    """(name, make plan) of :func:`selective_offload` for each forward gap in ``GAPS``, raise in ``RAISES``
+    and kind preference, lazily (the likeliest fastest first); nothing without an offload link or a cap."""
     if not problem.can_offload or all(c is None for c in problem.capacity):
         return
-    for times in RAISES:
-        for prefer in ("BFW", "FBW"):
-            for cover in COVERS:
-                for gap in GAPS:
-                    yield (f"greedy-{prefer}-cap+{times:g}act+offload-cover{cover:g}-gap{gap}",
-                           lambda a=(times, prefer, cover, gap): selective_offload(problem, *a))
+    for gap in GAPS:
+        for times in RAISES:
+            for prefer in ("BFW", "FBW"):
+                yield (f"greedy-{prefer}-cap+{times:g}act+offload-gap{gap}",
+                       lambda a=(times, prefer, gap): selective_offload(problem, *a))

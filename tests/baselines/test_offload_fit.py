@@ -80,7 +80,7 @@ def test_nothing_without_a_cap_or_a_link():
 def test_the_warm_start_takes_a_selective_plan_where_it_is_fastest():
     problem = make_problem(4, 8, capacity=3.5, offload=_link(0.5))
     warm = best_warm_start(problem)
-    assert warm.method.name.startswith("warm:greedy-") and "offload-cover" in warm.method.name
+    assert warm.method.name.startswith("warm:greedy-") and "+offload-gap" in warm.method.name
     assert check(warm).ok and 0 < warm.offloaded < problem.microbatches
     assert warm.makespan < best_warm_start(problem.replace(offload=None)).makespan
 
@@ -90,7 +90,7 @@ def test_8b_like_case_at_20_gib_offload_only_beats_the_whole_share_model():
     # with any amount (300 s solves); one selective plan is below both, in well under a second
     problem = load_problem(ROOT / "instances" / "realistic" / "llama8b-like-8x32-cap20-decide.json")
     problem = problem.replace(recompute=None)
-    plan = selective_offload(problem, 1.5, "BFW", 1.0, 2)
+    plan = selective_offload(problem, 1.5, "BFW", 2)
     schedule = _valid_within_cap(problem, plan)
     assert schedule.makespan < 7017.82
     assert 0 < schedule.offloaded < 0.5 * sum(problem.max_offload(s, j) for s in range(problem.num_stages)
