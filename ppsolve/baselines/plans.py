@@ -13,6 +13,8 @@ from typing import Callable, Iterator
 
 from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.offload_pass import Plan
+from ppsolve.baselines.offload_fit import selective_offload_plans
 from ppsolve.baselines.onef1b import onef1b_forward_backward
 from ppsolve.baselines.portfolio import built_baselines
 from ppsolve.baselines.recompute import PREFER, fit_by_recompute
@@ -214,8 +216,9 @@ def recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[l
             yield f"greedy-{kinds}-nocap+recompute{how}", make
 
 
-def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]]]]]:
-    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial)."""
+def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]] | Plan]]]:
+    """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial); the last,
+    selective offload (:mod:`ppsolve.baselines.offload_fit`), make a Plan with its amounts and waits."""
     yield "serial", lambda: serial_orders(problem)
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):
@@ -231,3 +234,4 @@ def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op
     yield from recompute_plans(problem)
     for name, orders in offload_plans(problem):
         yield name, lambda orders=orders: orders
+    yield from selective_offload_plans(problem)  # makes a Plan: orders, amounts and waits

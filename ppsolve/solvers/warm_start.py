@@ -19,6 +19,9 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   largest k that fits and the one below it.
 * with offload: the list scheduler's orders made without a cap, and 1F1B limited to
   a k above what fits, each offloading on the devices over the cap.
+* with offload and a cap, selective offload (:mod:`ppsolve.baselines.offload_fit`): the list
+  scheduler's orders made with each cap raised by one to two activations, each device over its
+  cap offloading just the share of each activation that fits it (plans with their amounts and waits).
 * with recompute (contract version 3): 1F1B (W right after B, or deferred), every
   published order that applies, built without the cap, 1F1B limited to k in flight for
   k above what fits (at most ``plans.RECOMPUTE_KS`` of them), and the list scheduler's orders
@@ -47,6 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ppsolve import baselines
+from ppsolve.baselines.offload_pass import Plan
 from ppsolve.baselines.plans import own_plans
 from ppsolve.baselines.microbatch_order import base_name
 from ppsolve.baselines.portfolio import applicable_baselines, ordered_baselines
@@ -87,17 +91,19 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
         if may_skip() and until():
             break
         try:
-            orders = make()
+            made = make()
         except PpsolveError:
             continue
+        orders, amounts = (made.orders, made.amounts) if isinstance(made, Plan) else (made, None)
         key = tuple(map(tuple, orders))
         if key in seen:
             continue
         seen.add(key)
-        waits = forwards_wait_for_offloads(orders)
-        for label, plan_waits in ((name, None), (f"{name}+wait", waits)) if waits else ((name, None),):
+        waits = made.waits if isinstance(made, Plan) else forwards_wait_for_offloads(orders)
+        variants = ((name, waits),) if isinstance(made, Plan) else ((name, None), (f"{name}+wait", waits))
+        for label, plan_waits in variants if waits else ((name, None),):
             try:
-                ops = simulate(problem, orders, waits=plan_waits)
+                ops = simulate(problem, orders, amounts, waits=plan_waits)
             except PpsolveError:
                 continue
             if may_skip() and max(op.end for op in ops) > beat + EPS:
