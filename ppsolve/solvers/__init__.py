@@ -2,10 +2,12 @@
 for the method registry (:mod:`ppsolve.methods`), so ``bench`` and ``frontier`` compare them.
 
 Layout: ``api`` (options, Status, phases, the backend contract, what a backend is asked and
-answers), ``backends`` (the backends by name), ``phases`` (``solve``, the one entry point, and its phases), ``budget`` (the
-time limit), ``warm_start``, ``scaling`` (all integer scaling), ``progress``, ``lns`` and
-``window`` (large-neighbourhood search), ``quick`` (time limits too short for a model); one folder per backend (``cpsat``, ``milp``), imported
-only when chosen.
+answers), ``backends`` (the backends by name), ``phases`` (``solve``, the one entry point, and its
+phases), ``budget`` (the time limit), ``scaling`` (all integer scaling), ``settings``,
+``progress``, ``shed``, ``symmetry``, ``quick`` (time limits too short for a model);
+``warm_start/`` (the schedule a backend starts from, and its own ``plans``); ``search/``
+(large-neighbourhood search); one folder per backend (``cpsat``, ``milp``), imported only when
+chosen.
 """
 
 from __future__ import annotations

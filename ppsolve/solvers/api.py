@@ -28,7 +28,7 @@ from ppsolve.solvers.settings import Settings
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.progress import Progress
-    from ppsolve.solvers.window import Window
+    from ppsolve.solvers.search.window import Window
 
 OBJECTIVES = ("makespan", "memory")
 DEFAULT_TIME_LIMIT = 60.0  # seconds for a whole solve when none is given
@@ -143,7 +143,7 @@ class PhaseTask:
     makespan_cap: int | None = None
     hint: Schedule | None = None
     lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
-    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.window)
+    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.search.window)
     whole_shares: bool = False  # an offload moves its stage's whole share (a quick first step of OVERHEAD)
 
 

@@ -11,10 +11,10 @@ proven bound and the gap.
 
 Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
-search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least
+search: ``ppsolve.solvers.search.lns``), then OVERHEAD (at that makespan, the least
 recompute time, then the least offloaded amount; only when the best schedule
 recomputes or offloads: on the whole model, or where the search ran on windows,
-on windows of one device: ``ppsolve.solvers.overhead_windows``), then a quick
+on windows of one device: ``ppsolve.solvers.search.overhead``), then a quick
 pass that drops each recompute and offload the makespan does not need
 (``ppsolve.solvers.shed``). The ``memory`` objective runs MAKESPAN first when it
 needs the best makespan (a ``<factor>x`` limit), then MEMORY (least largest
@@ -43,11 +43,11 @@ from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, Ph
                                  SolveOptions, SolveResult, Status, wait_for)
 from ppsolve.solvers.backends import BACKENDS, load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
-from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
-from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
-from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.quick import model_pays_off, quick_solve
+from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
+from ppsolve.solvers.search.lns import LnsResult, as_runtime_runs, improve
+from ppsolve.solvers.search.overhead import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 from ppsolve.tolerance import EPS, MODEL_EPS, slack
@@ -317,7 +317,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
 
 
 def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
-    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
+    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.search.overhead``)."""
     sc = run.scaling
     _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
     lowered, windows, better, stopped = lower_overhead(run.problem, sc, run.options, run.budget, run.progress,
@@ -413,7 +413,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
 
 
 def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float) -> Schedule:
-    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``), with
+    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.search.lns``), with
     ``share`` of the time limit and ``keep`` of it kept for later phases; when none follows (``keep``
     0), the reserve shrinks (``Budget.lean_reserve``): every schedule the search keeps is checked."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)

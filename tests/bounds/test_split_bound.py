@@ -1,4 +1,4 @@
-"""The split bound (``ppsolve.solvers.split_bound``): above the per-device figures where the middle
+"""The split bound (``ppsolve.solvers.cpsat.split_bound``): above the per-device figures where the middle
 devices' collisions matter, never above a proven optimum, and refused where it is no relaxation."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.methods import get_method, run_and_check
 from ppsolve.problem import load_problem, problem_from_dict
-from ppsolve.solvers.split_bound import _chain, _least, split_bound, why_not
+from ppsolve.solvers.cpsat.split_bound import _chain, _least, split_bound, why_not
 from tests.helpers import make_problem
 from tests.solvers.cases import proven_optimum
 from tests.bounds.test_bound_validity import spaced_problems

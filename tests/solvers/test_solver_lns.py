@@ -11,15 +11,16 @@ import pytest
 from ppsolve.checker import check
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.solvers import SolveOptions, lns, phases, solve
+from ppsolve.solvers import SolveOptions, phases, solve
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.cpsat import backend
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
+from ppsolve.solvers.search import lns
+from ppsolve.solvers.search.window import Incumbent, compose, make_window
 from ppsolve.solvers.settings import LnsSettings, PhaseSettings, Settings
-from ppsolve.baselines.plans import serial_orders
-from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.solvers.warm_start.plans import serial_orders
 from tests.helpers import make_problem
 
 OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}

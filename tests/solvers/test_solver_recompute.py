@@ -417,7 +417,7 @@ def _serial(problem, recomputed=()):
     from ppsolve.baselines.common import with_recompute
     from ppsolve.schedule import make_schedule
     from ppsolve.simulator import simulate
-    from ppsolve.baselines.plans import serial_orders
+    from ppsolve.solvers.warm_start.plans import serial_orders
 
     return make_schedule(problem, simulate(problem, with_recompute(serial_orders(problem), recomputed)), "serial")
 
@@ -426,13 +426,13 @@ def _window_solution(problem, start, t1):
     """The window of every device over [0, t1) of ``start``, solved; (window, its placement, composed)."""
     import time
 
+    from ppsolve.schedule import make_schedule
     from ppsolve.solvers.api import Phase, PhaseTask
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.cpsat import backend
     from ppsolve.solvers.progress import Progress
     from ppsolve.solvers.scaling import build_scaling
-    from ppsolve.solvers.window import Incumbent, compose, make_window
-    from ppsolve.schedule import make_schedule
+    from ppsolve.solvers.search.window import Incumbent, compose, make_window
 
     inc = Incumbent(start)
     window = make_window(inc, range(problem.devices), 0.0, t1, offload=problem.can_offload,
@@ -496,9 +496,9 @@ def test_overhead_windows_lower_recompute_at_the_same_makespan():
     # (placing the device's ops again), never lengthening the schedule
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.cpsat import backend
-    from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
     from ppsolve.solvers.progress import Progress
     from ppsolve.solvers.scaling import build_scaling
+    from ppsolve.solvers.search.overhead import lower_overhead, overhead_key
 
     problem = _lns_problem(recompute={"keep": 0.25, "time": 1}).replace(capacity=(2.5,) * 4)
     keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]

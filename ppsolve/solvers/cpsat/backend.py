@@ -120,7 +120,7 @@ def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> No
 
 
 def _build_window(task: PhaseTask) -> _Model:
-    """The model of a window (``ppsolve.solvers.window``): the same constraint families on its free
+    """The model of a window (``ppsolve.solvers.search.window``): the same constraint families on its free
     ops, the fixed ops it refers to as constants; minimise the longest path through it (Phase.OVERHEAD:
     its overhead)."""
     window, sc = task.window, task.scaling
@@ -400,7 +400,7 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     if task.window is not None and task.phase is Phase.MAKESPAN:
         return _run_window(m, task)
     r = _search(m, task, task.limit)
-    if task.window is not None:  # a window's least overhead (ppsolve.solvers.overhead_windows)
+    if task.window is not None:  # a window's least overhead (ppsolve.solvers.search.overhead)
         return PhaseAnswer(r.status, [_window_ops(m, task.window, r.values[-1])] if r.values else [], r.bound,
                            r.interrupted, r.abandoned, by_clock=r.by_clock, work=r.work)
     return PhaseAnswer(r.status, [_model_ops(m, x) for x in r.values], r.bound, r.interrupted, r.abandoned,

@@ -13,7 +13,7 @@ from ppsolve.problem import Problem
 from ppsolve.solvers.scaling import Scaling, trivial_horizon
 
 if TYPE_CHECKING:
-    from ppsolve.solvers.window import Window
+    from ppsolve.solvers.search.window import Window
 
 # a window's times come from float arithmetic: within this many model units of an integer they are that integer
 SNAP = 1e-3
@@ -202,7 +202,7 @@ class EmptyWindow(Exception):
 
 def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, window: "Window",
                            check=lambda: None) -> Variables:
-    """Variables of a window (:mod:`ppsolve.solvers.window`): an interval for each free op within
+    """Variables of a window (:mod:`ppsolve.solvers.search.window`): an interval for each free op within
     its bounds, optional transfers for its choosable keys, ints for the fixed ops it refers to,
     and ``makespan`` for the objective (the longest path through the window)."""
     sc = scaling

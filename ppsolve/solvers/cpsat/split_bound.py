@@ -42,10 +42,10 @@ from ppsolve.bounds import capacity_shortfalls, makespan_lower_bound
 from ppsolve.bounds.relaxation import least_costs
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.solvers.api import search_in_thread
 from ppsolve.solvers.cpsat import constraints
 from ppsolve.solvers.cpsat.backend import add_cuts, add_order_constraints
 from ppsolve.solvers.cpsat.variables import build_variables
-from ppsolve.solvers.api import search_in_thread
 from ppsolve.solvers.scaling import build_scaling
 
 UNPROVEN_STOP = 2  # stop growing a side's size after this many sizes not proven in time

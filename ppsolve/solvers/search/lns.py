@@ -1,7 +1,7 @@
 """Large-neighbourhood search: improve a valid schedule one window at a time, for problems whose
 whole model does not fit the time limit.
 
-Each round picks windows of the incumbent (:mod:`ppsolve.solvers.window`): a time range around
+Each round picks windows of the incumbent (:mod:`ppsolve.solvers.search.window`): a time range around
 an op on a longest path, over every device or a block of devices around it. The backend places
 the window's free ops again with the same model as a whole solve, built on those ops with every
 other op fixed (``PhaseTask.window``). When that shortens the longest path through the window,
@@ -33,8 +33,8 @@ from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.search.window import Incumbent, compose, make_window
 from ppsolve.solvers.settings import LnsSettings
-from ppsolve.solvers.window import Incumbent, compose, make_window
 from ppsolve.tolerance import EPS
 
 @dataclass

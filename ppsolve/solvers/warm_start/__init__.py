@@ -5,7 +5,7 @@ shortest wins. Candidates are tried one after another (the baselines, then our
 plans, serial first) until a deadline, and the rest are skipped: a warm start
 that cannot finish in its share of the time is cut short (once one exists).
 Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their orders made by
-:mod:`ppsolve.baselines.plans`) are always tried as well:
+:mod:`ppsolve.solvers.warm_start.plans`) are always tried as well:
 
 * serial: microbatches one after another (F down the stages, B and W back),
   valid for every placement; one microbatch in flight, so its peak is the
@@ -24,7 +24,7 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   k above what fits (at most ``plans.RECOMPUTE_KS`` of them), and the list scheduler's orders
   made without a cap, each recomputing on every device over its cap just enough
   microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
-  recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
+  recomputes best hidden in waits) by :func:`ppsolve.baselines.families.recompute.fit_by_recompute`.
   They are made without offload, and the other plans and baselines do not use the
   recompute block, so with both levers the warm start tries the candidates of each lever
   alone: when its share of the time lets it try them all, it is at most the better of the
@@ -47,7 +47,6 @@ from typing import Callable
 import numpy as np
 
 from ppsolve import baselines
-from ppsolve.baselines.plans import own_plans
 from ppsolve.baselines.microbatch_order import base_name
 from ppsolve.baselines.portfolio import applicable_baselines, ordered_baselines
 from ppsolve.checker import check
@@ -59,6 +58,7 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from ppsolve.solvers.symmetry import identical_classes
+from ppsolve.solvers.warm_start.plans import own_plans
 from ppsolve.tolerance import EPS
 
 

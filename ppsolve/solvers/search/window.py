@@ -1,4 +1,4 @@
-"""Neighbourhoods of a timed schedule for the large-neighbourhood search (``ppsolve.solvers.lns``).
+"""Neighbourhoods of a timed schedule for the large-neighbourhood search (``ppsolve.solvers.search.lns``).
 
 A :class:`Window` is a set of devices (whole host links, so that no lane of theirs carries an op
 of another device) and a time range [t0, t1) of an incumbent, a valid schedule. Its *free* ops
@@ -208,7 +208,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
 
     ``t0`` may differ by device (a mapping device -> t0, covering ``devices``): a tail window frees
     the ops of every device near the end and those of the busiest devices from further back
-    (``ppsolve.solvers.lns``). The lanes of a host link take the earliest t0 of its devices.
+    (``ppsolve.solvers.search.lns``). The lanes of a host link take the earliest t0 of its devices.
 
     ``orders`` (only for schedules without transfers): the ops after the window keep their order
     on each device, not their times; the model places its free ops with no deadline from them
