@@ -15,16 +15,11 @@ from __future__ import annotations
 from ppsolve.method_types import Method, RunOptions
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
-from ppsolve.solvers.api import DEFAULT_TIME_LIMIT, NoSolutionError, SolveOptions, SolveResult, Status
+from ppsolve.solvers.api import DEFAULT_SOLVER, DEFAULT_TIME_LIMIT, NoSolutionError, SolveOptions, SolveResult, Status
 from ppsolve.solvers.backends import BACKENDS, load_backend
 from ppsolve.solvers.phases import solve
 
-__all__ = ["BACKENDS", "NoSolutionError", "SolveOptions", "SolveResult", "Status", "solve"]
-
-DESCRIPTIONS = {
-    "cpsat": "OR-Tools CP-SAT model: optimal order, timing and selective offload; proves a lower bound",
-    "milp": "MILP (PuLP + HiGHS, CBC fallback): disjunctive order variables, selective offload; proves a lower bound",
-}
+__all__ = ["BACKENDS", "DEFAULT_SOLVER", "NoSolutionError", "SolveOptions", "SolveResult", "Status", "solve"]
 
 
 def _why_not(name: str):
@@ -51,7 +46,7 @@ def _build(name: str):
 
 
 METHODS: tuple[Method, ...] = tuple(
-    Method(name=name, family="solver", description=DESCRIPTIONS[name],
+    Method(name=name, family="solver", description=record.description,
            requirements="any problem (placement, backward mode, capacity, offload links)",
            why_not=_why_not(name), build=_build(name))
-    for name in BACKENDS)
+    for name, record in BACKENDS.items())

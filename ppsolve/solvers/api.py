@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 OBJECTIVES = ("makespan", "memory")
 DEFAULT_TIME_LIMIT = 60.0  # seconds for a whole solve when none is given
+DEFAULT_SOLVER = "cpsat"  # the backend a solve uses when none is named (ppsolve.solvers.backends)
 
 
 class NoSolutionError(PpsolveError):
@@ -83,7 +84,7 @@ class SolveOptions:
     ``symmetry``, ``offload``, ``recompute`` and ``settings`` exist for experiments and tests.
     """
 
-    solver: str = "cpsat"
+    solver: str = DEFAULT_SOLVER
     time_limit: float = DEFAULT_TIME_LIMIT
     threads: int | None = None
     seed: int = 0
@@ -237,12 +238,8 @@ def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any,
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a solver backend module provides (``ppsolve.solvers.cpsat.backend`` is one)."""
-
-    NAME: str
-    CONTINUOUS_AMOUNTS: bool  # an offload may move any amount (else multiples of the scaling's grid)
-    WHOLE_SHARES: bool  # PhaseTask.whole_shares is honoured (a quick first step of the OVERHEAD phase)
-    WINDOWS: bool  # run_phase also solves a window of an incumbent (PhaseTask.window): the LNS
+    """What a solver backend module provides (``ppsolve.solvers.cpsat.backend`` is one); its name and
+    capabilities are its record in :mod:`ppsolve.solvers.backends`."""
 
     def why_not(self) -> str | None:
         """None when the backend can run here, else why not (a missing package, ...)."""

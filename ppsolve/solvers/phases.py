@@ -23,7 +23,7 @@ peak, then least sum of peaks, with C at most the limit).
 Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model
 memory units) proves its optimum on that grid only, while the contract lets an
 amount be any real in (0, share]; on a problem that can offload its proof is
-then no proof (``CONTINUOUS_AMOUNTS`` of the backend says otherwise), and only
+then no proof (``continuous_amounts`` of the backend's record says otherwise), and only
 the foundation's bound is reported.
 """
 
@@ -41,7 +41,7 @@ from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, PhaseAnswer, PhaseTask,
                                  SolveOptions, SolveResult, Status, wait_for)
-from ppsolve.solvers.backends import BACKENDS, load_backend
+from ppsolve.solvers.backends import BACKENDS, backend_record, load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.quick import model_pays_off, quick_solve
@@ -88,6 +88,7 @@ class _Run:
         self.options = options
         self.budget = budget
         self.backend = backend
+        self.record = backend_record(options.solver)  # the backend's capabilities
         self.scaling: Scaling = build_scaling(problem)
         self.progress = Progress(budget, options.solver, options.quiet, options.stream)
         self.notes: list[str] = []
@@ -95,13 +96,13 @@ class _Run:
         self.use_offload = options.offload and problem.can_offload
         self.use_recompute = options.recompute and problem.can_recompute
         # the backend's proof holds for the contract's continuous offloaded amounts
-        self.amounts_exact = not self.use_offload or backend.CONTINUOUS_AMOUNTS
+        self.amounts_exact = not self.use_offload or self.record.continuous_amounts
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
-        self.windows = backend.WINDOWS  # the backend solves windows (LNS)
+        self.windows = self.record.windows  # the backend solves windows (LNS)
         self.knobs = options.settings.phases
         self.whole_model = not self.windows or self.ops <= self.knobs.whole_model_ops
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
@@ -293,7 +294,7 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
 def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    if run.use_offload and run.backend.WHOLE_SHARES:
+    if run.use_offload and run.record.whole_shares:
         # first with whole shares: a much smaller search that finds a good start for any amount
         _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
         limit = run.budget.search(share)

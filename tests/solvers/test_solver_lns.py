@@ -239,8 +239,6 @@ def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic
     allowed = []
 
     class Recording:
-        WINDOWS = True
-
         @staticmethod
         def run_phase(task):
             allowed.append(task.limit.until - time.monotonic())
@@ -277,8 +275,6 @@ def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings()):
     seen = []
 
     class Recording:
-        WINDOWS = True
-
         @staticmethod
         def run_phase(task):
             seen.append(task.window)

@@ -22,7 +22,6 @@ from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.variables import SNAP, EmptyWindow, Variables, build_variables, build_window_variables
 from ppsolve.solvers.scaling import peak_ranges
 
-NAME = "cpsat"
 # Deterministic mode: CP-SAT's deterministic time per second of the budget's deterministic work. One
 # unit took 3 to 8 CPU seconds with one worker on the bench machine (whole models, and window models of
 # 130-160 ops), and wall time runs two to three times CPU time there (a shared 2-core machine), hence the
@@ -31,9 +30,6 @@ NAME = "cpsat"
 # on the 2-core machine when it is quiet (wall = CPU time); three times busier, the clock ends steps
 # and the file says the run may not be reproducible.
 DETERMINISTIC_PER_SECOND = 0.15
-CONTINUOUS_AMOUNTS = False  # offloads move multiples of the scaling's grid
-WHOLE_SHARES = True  # PhaseTask.whole_shares: a model whose offloads move whole shares (a quick first step)
-WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
 WINDOW_PARAMETERS = {"linearization_level": 2}
 FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)

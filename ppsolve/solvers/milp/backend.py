@@ -29,12 +29,6 @@ from ppsolve.solvers.milp import constraints, highs_process, objective
 from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
-NAME = "milp"
-# Offloaded amounts are continuous variables (any amount in (0, fraction x activation], as the contract
-# allows): the model's proofs hold for the contract's problem (read by the solve pipeline).
-CONTINUOUS_AMOUNTS = True
-WHOLE_SHARES = False  # PhaseTask.whole_shares is not used
-WINDOWS = False  # no window search (the LNS is CP-SAT's)
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
