@@ -80,7 +80,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
     return best
 
 
-class _Run:
+class Run:
     """The state of one solve: problem, options, budget, backend, progress, notes."""
 
     def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: Backend):
@@ -202,7 +202,7 @@ def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | No
     return value * best_known
 
 
-def _warm_start(run: _Run) -> Schedule | None:
+def _warm_start(run: Run) -> Schedule | None:
     options, budget, problem = run.options, run.budget, run.problem
     found: list[Schedule] = []
     if options.warm_schedule is not None:  # the user's schedule, checked; nothing else is tried
@@ -251,7 +251,7 @@ def _infeasible(problem: Problem) -> InfeasibleError:
                            + (" with offload" if problem.can_offload else ""))
 
 
-def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
+def minimise_makespan(run: Run, warm: Schedule | None, share: float,
                        keep: float) -> tuple[Schedule | None, float, bool]:
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
@@ -279,7 +279,7 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
     return best, lower, proven
 
 
-def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
+def _overhead_progress(run: Run, best: Schedule, at: str) -> None:
     """The OVERHEAD phase's progress line: the recompute time (the objective's first part) where the
     problem can recompute, else the offloaded amount, in the user's units."""
     weight = run.scaling.overhead_weight
@@ -291,7 +291,7 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
                            incumbent=best.offloaded, at=at, gap=False)
 
 
-def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
+def _least_overhead(run: Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
     if run.use_offload and run.record.whole_shares:
@@ -317,7 +317,7 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     return best
 
 
-def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
+def _overhead_by_windows(run: Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD on windows of one device (``ppsolve.solvers.search.overhead``)."""
     sc = run.scaling
     _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
@@ -332,7 +332,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     return lowered
 
 
-def _shed(run: _Run, best: Schedule) -> Schedule:
+def _shed(run: Run, best: Schedule) -> Schedule:
     """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
     if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
         shed = shed_levers(best, max_tries=run.knobs.shed_tries)
@@ -355,7 +355,7 @@ def least_overhead_value(status: Status, schedule: Schedule) -> str:
     return {Status.OPTIMAL: "optimal", Status.FEASIBLE: "feasible"}.get(status, "unknown")
 
 
-def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
+def _finish(run: Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
               "objective": o.objective, "warm_start": o.warm_start}
@@ -394,7 +394,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     require_feasible_capacity(problem)
     if backend is None:
         return quick_solve(problem, options, budget)
-    run = _Run(problem, options, budget, backend)
+    run = Run(problem, options, budget, backend)
     try:
         warm = _warm_start(run)
         if options.objective == "memory":
@@ -413,7 +413,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.progress.end_phase()
 
 
-def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float) -> Schedule:
+def large_neighbourhoods(run: Run, start: Schedule, share: float, keep: float) -> Schedule:
     """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.search.lns``), with
     ``share`` of the time limit and ``keep`` of it kept for later phases; when none follows (``keep``
     0), the reserve shrinks (``Budget.lean_reserve``): every schedule the search keeps is checked."""
@@ -437,7 +437,7 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
     return result.best
 
 
-def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
+def _solve_makespan(run: Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     levers = run.use_offload or run.use_recompute
     knobs = run.knobs
@@ -445,7 +445,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     keep = knobs.share_offload if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
-        best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
+        best, lower, proven = large_neighbourhoods(run, warm, share, keep), lb, False
     else:
         # with per-microbatch costs at any size: the whole model's search over microbatch orders, with symmetry
         # broken only among identical ones, is weak (the per-microbatch example, 20 s: 487 whole, 398 whole then
@@ -453,16 +453,16 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         large = run.ops > knobs.lns_after_ops or run.problem.per_microbatch
         lns_after = run.windows and large and share * options.time_limit >= knobs.lns_min_seconds
         whole = share * knobs.whole_share if lns_after else share
-        best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
+        best, lower, proven = minimise_makespan(run, warm, whole, keep + share - whole)
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
-                best = _large_neighbourhoods(run, start, share - whole, keep)
+                best = large_neighbourhoods(run, start, share - whole, keep)
     if (best is not None and keep and run.windows and not proven and not best.uses_levers
             and not run.interrupted):
         # the time kept for the overhead phase, which a schedule without levers does not need: the search
         # goes on (it ended 45 s early on a 300 s solve of the 8B-like problem without recompute)
-        best = _large_neighbourhoods(run, best, keep, 0.0)
+        best = large_neighbourhoods(run, best, keep, 0.0)
     if best is not None and best.uses_levers and not run.interrupted:
         if run.whole_model and run.lns is None:
             best = _least_overhead(run, best, knobs.share_offload)
@@ -495,14 +495,14 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
                        warm, run.model_bound, run.notes, run.abandoned)
 
 
-def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
+def _solve_memory(run: Run, warm: Schedule | None) -> SolveResult:
     """The least largest peak (then the least sum) with the makespan at most the limit."""
     options, sc = run.options, run.scaling
     lb = run.lb
     known = [warm] if warm is not None else []
     needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
     if needs_best:
-        best, _, _ = _minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
+        best, _, _ = minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
         known += [best] if best is not None else []
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)

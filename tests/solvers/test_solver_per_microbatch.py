@@ -67,7 +67,7 @@ def data_order_optimum(problem):
         return True
     from tests.solvers import cases
     best = None
-    per_device = [list(cases._device_orders(problem, d)) for d in range(problem.devices)]
+    per_device = [list(cases.device_orders(problem, d)) for d in range(problem.devices)]
     for combo in itertools.product(*per_device):
         try:
             schedule = schedule_from_orders(problem, [list(o) for o in combo], "data order")
