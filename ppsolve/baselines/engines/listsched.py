@@ -44,6 +44,7 @@ _DONE, _XDONE, _READY, _XREADY, _RELREQ = 0, 1, 2, 3, 4
 # what an idle device may run (a B, a held microbatch's forward, an admission forward, a W),
 # most preferred first, for each order of kinds
 _RB, _RFC, _RFA, _RW = range(4)
+_new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
 _CLASSES = {"BFW": (_RB, _RFC, _RFA, _RW), "FBW": (_RFC, _RFA, _RB, _RW), "BWF": (_RB, _RW, _RFC, _RFA),
             "FWB": (_RFC, _RFA, _RW, _RB), "WBF": (_RW, _RB, _RFC, _RFA), "WFB": (_RW, _RFC, _RFA, _RB)}
 
@@ -97,6 +98,8 @@ def list_orders(problem: Problem, policy: ListPolicy) -> tuple[list[list[Op]], d
 
 
 class _ListScheduler:
+    """One run of the list scheduler: the costs it reads (unit or real), then the state of its events."""
+
     def __init__(self, problem: Problem, policy: ListPolicy):
         self.p = problem
         self.policy = policy
@@ -155,218 +158,250 @@ class _ListScheduler:
             self.need.append(row)
 
     def run(self):
-        p, S, D, m = self.p, self.S, self.D, self.m
-        dev, act, hold, dur, lat, first, rest = self.dev, self.act, self.hold, self.dur, self.lat, self.first, self.rest
-        need = self.need
-        unit = self.policy.unit
-        # (kind, stage) -> the compute ops that wait for it, with the lag of each microbatch
-        after: dict[tuple, list] = {(k, st): [] for k in p.kinds for st in range(S)}
-        for (kind, s), deps in dependency_table(p, p.kinds).items():
-            for dep in deps:
-                if dep.kind in p.kinds:
-                    lags = tuple(0.0 if unit else dep.lag_of(p, j) for j in range(m))
-                    after[(dep.kind, dep.stage)].append((kind, s, lags))
-        limit, amount, split = self.limit, self.amount, self.split
-        lean, late = self.policy.lean, self.policy.late_first
-        classes = list(_CLASSES[self.policy.order])
-        if self.policy.forward_first and classes.index(_RFC) > classes.index(_RB):
-            classes.remove(_RFC)
-            classes.insert(classes.index(_RB), _RFC)
-        new_op = tuple.__new__  # Op(kind, s, j) without the NamedTuple constructor's overhead
-        lean_room = [max((max(act[s]) for s in st if s != min(st)), default=0.0) if st else 0.0
-                     for st in p.stages_of_device]
-        orders: list[list[Op]] = [[] for _ in range(D)]
-        rb = [[] for _ in range(D)]   # ready B: (j, -s), or (-s, j) with late_first
-        rfc = [[] for _ in range(D)]  # ready continuation F: (j, s), or (-s, j) with late_first
-        rfa = [[] for _ in range(D)]  # ready admission F: (j, s)
-        rw = [deque() for _ in range(D)]
-        level = [0.0] * D
-        committed = [0.0] * D
-        busy = [0.0] * D              # end of the compute op running (or last run)
-        run_start = [0.0] * D
-        idle = [True] * D
-        events: list[tuple] = []
-        seq = 0
-        # offload state
-        off_done: dict[tuple[int, int], float] = {}
-        reload_wait = [deque() for _ in range(D)]   # accepted-later reload requests
-        b_need: dict[tuple[int, int], int] = {}     # B waiting for its reload
-        lane_free: dict[int, float] = {}
-        # contract v2: a forward dispatched after an offload of its device ended waits for it in the
-        # plan, so the memory that offload freed is usable at once (the latest one covers the earlier)
-        last_offload: list[Op | None] = [None] * D
-        waits: dict[Op, list[Op]] = {}
-        wait_for_offloads = self.policy.wait_for_offloads
-        unusable = [0.0] * D  # without waits: freed by an offload, usable once the next compute op ends
-        on_host = [0] * D
-        reserve = [max((max(amount[s]) for s in st), default=0.0) for st in p.stages_of_device]
-        want_reload: set[tuple[int, int]] = set()
-        offloading = bool(self.trigger)
-        amounts: dict[tuple[int, int], float] = {}
-        remaining = S * m * (3 if split else 2)
-        now = 0.0
-        touched: set[int] = set()
-
-        def push(t, code, a, b, c):
-            nonlocal seq
-            seq += 1
-            heapq.heappush(events, (t, code, seq, a, b, c))
-
-        def make_ready(kind, s, j, t):
-            if t > now + EPS:
-                push(t, _READY, kind, s, j)
-                return
-            d = dev[s]
-            if kind is _B:
-                if offloading and (s, j) in b_need:
-                    b_need[(s, j)] -= 1
-                    if b_need[(s, j)] > 0:
-                        return
-                heapq.heappush(rb[d], (-s, j) if late else (j, -s))
-            elif kind is _F:
-                if s == first[d]:
-                    heapq.heappush(rfa[d], (j, s))
-                else:
-                    heapq.heappush(rfc[d], (-s, j) if late else (j, s))
-            else:
-                rw[d].append((s, j))
-            touched.add(d)
-
-        for j in range(m):
-            make_ready(_F, 0, j, 0.0)
-
-        def try_reload(d, t):
-            """Accept waiting reload requests of device d that fit in memory."""
-            q = reload_wait[d]
-            while q:
-                s, j = q[0]
-                if limit[d] is not None and level[d] + amount[s][j] > limit[d] + EPS:
-                    return
-                q.popleft()
-                level[d] += amount[s][j]
-                orders[d].append(Op(_REL, s, j))
-                start = max(t, busy[d], off_done[(s, j)])
-                push(start, _XREADY, _REL, s, j)
-
-        def dispatch(d, t):
-            kind = None
-            for cls in classes:
-                if cls == _RB:
-                    if rb[d]:
-                        a, b = heapq.heappop(rb[d])
-                        j, s, kind = (b, -a, _B) if late else (a, -b, _B)
-                        break
-                elif cls == _RFC:
-                    if rfc[d]:
-                        a, b = rfc[d][0]
-                        s = -a if late else b
-                        j = b if late else a
-                        if not lean or limit[d] is None or level[d] + unusable[d] + act[s][j] <= limit[d] + EPS:
-                            heapq.heappop(rfc[d])
-                            kind = _F
-                            committed[d] -= act[s][j]
-                            level[d] += act[s][j]
-                            break
-                elif cls == _RFA:
-                    if rfa[d] and (limit[d] is None or level[d] + (lean_room[d] if lean else committed[d])
-                                   + need[d][rfa[d][0][0]] + unusable[d]
-                                   + (reserve[d] if on_host[d] and not lean else 0.0) <= limit[d] + EPS):
-                        j, s = heapq.heappop(rfa[d])
-                        kind = _F
-                        level[d] += act[s][j]
-                        committed[d] += rest[d][j]
-                        break
-                elif rw[d]:
-                    s, j = rw[d].popleft()
-                    kind = _W
-                    break
-            if kind is None:
-                return
-            op = new_op(Op, (kind, s, j))
-            orders[d].append(op)
-            if kind is _F and last_offload[d] is not None:
-                waits[op] = [last_offload[d]]
-                last_offload[d] = None
-            end = t + dur[kind][s][j]
-            run_start[d], busy[d], idle[d] = t, end, False
-            push(end, _DONE, kind, s, j)
-            if kind is _B and offloading and s in self.trigger:
-                for low in self.trigger[s]:
-                    if amount[low][j] <= 0:
-                        continue
-                    if (low, j) not in off_done:
-                        want_reload.add((low, j))
-                        continue
-                    ahead = sum(dur[_B][u][j] + lat[u - 1][j] for u in range(low + 1, s + 1))
-                    target = t + ahead - p.duration(_REL, low, amount=amount[low][j])
-                    push(max(t, target), _RELREQ, _REL, low, j)
-
+        """Every op placed, event by event: (orders, offload amounts, waits)."""
+        self._start()
+        for j in range(self.m):
+            self._ready(0.0, _F, 0, j)
+        events, touched, idle = self.events, self.touched, self.idle
         while events or touched:
             if touched:
                 for d in sorted(touched):
                     if idle[d]:
-                        dispatch(d, now)
+                        self._dispatch(d, self.now)
                 touched.clear()
                 continue
-            now = events[0][0]
+            self.now = now = events[0][0]
             while events and events[0][0] <= now + EPS:
                 t, code, _, kind, s, j = heapq.heappop(events)
-                d = dev[s]
-                if code == _DONE:
-                    remaining -= 1
-                    idle[d] = True
-                    touched.add(d)
-                    unusable[d] = 0.0
-                    for nkind, ns, lag in after[(kind, s)]:  # rules 1-4, from the one dependency table
-                        make_ready(nkind, ns, j, t + lag[j])
-                    if kind is _F:
-                        if amount[s][j] > 0:
-                            orders[d].append(Op(_OFF, s, j))
-                            amounts[(s, j)] = amount[s][j]
-                            b_need[(s, j)] = 2
-                            push(t, _XREADY, _OFF, s, j)
-                    elif kind is _B:
-                        level[d] -= act[s][j] - hold[s][j]
-                        if reload_wait[d]:
-                            try_reload(d, t)
-                    elif kind is _W:
-                        level[d] -= hold[s][j]
-                        if reload_wait[d]:
-                            try_reload(d, t)
-                    else:
-                        raise ValueError(f"the list scheduler has no rule for op kind {kind!r}")
-                elif code == _READY:
-                    make_ready(kind, s, j, t)
-                elif code == _XREADY:
-                    ln = p.lane(d, kind)
-                    free = lane_free.get(ln, 0.0)
-                    if free > t + EPS:
-                        push(free, _XREADY, kind, s, j)
-                    elif run_start[d] < t - EPS and t < busy[d] - EPS:
-                        push(busy[d], _XREADY, kind, s, j)
-                    else:
-                        end = t + p.duration(kind, s, amount=amount[s][j])
-                        lane_free[ln] = end
-                        push(end, _XDONE, kind, s, j)
-                elif code == _XDONE:
-                    if kind is _OFF:
-                        off_done[(s, j)] = t
-                        level[d] -= amount[s][j]
-                        if wait_for_offloads:
-                            last_offload[d] = Op(_OFF, s, j)
-                        else:
-                            unusable[d] += amount[s][j]
-                        on_host[d] += 1
-                        if (s, j) in want_reload:
-                            want_reload.discard((s, j))
-                            push(t, _RELREQ, _REL, s, j)
-                        try_reload(d, t)
-                    else:
-                        on_host[d] -= 1
-                        make_ready(_B, s, j, t)
-                elif code == _RELREQ:
-                    reload_wait[d].append((s, j))
-                    try_reload(d, t)
-        if remaining:
-            raise DeadlockError(f"list scheduler stuck with {remaining} ops left (memory limit too tight)")
-        return orders, amounts, waits
+                self._handlers[code](t, kind, s, j)
+        if self.remaining:
+            raise DeadlockError(f"list scheduler stuck with {self.remaining} ops left (memory limit too tight)")
+        return self.orders, self.amounts, self.waits
+
+    def _successors(self) -> dict[tuple, list]:
+        """(kind, stage) -> the compute ops that wait for it, with the lag of each microbatch (rules 1-4,
+        from the one dependency table)."""
+        p, unit = self.p, self.policy.unit
+        after: dict[tuple, list] = {(k, st): [] for k in p.kinds for st in range(self.S)}
+        for (kind, s), deps in dependency_table(p, p.kinds).items():
+            for dep in deps:
+                if dep.kind in p.kinds:
+                    lags = tuple(0.0 if unit else dep.lag_of(p, j) for j in range(self.m))
+                    after[(dep.kind, dep.stage)].append((kind, s, lags))
+        return after
+
+    def _preferences(self) -> list[int]:
+        """The ready classes an idle device tries, most preferred first (``order``, ``forward_first``)."""
+        classes = list(_CLASSES[self.policy.order])
+        if self.policy.forward_first and classes.index(_RFC) > classes.index(_RB):
+            classes.remove(_RFC)
+            classes.insert(classes.index(_RB), _RFC)
+        return classes
+
+    def _start(self) -> None:
+        """The state of a run: ready queues, memory levels, device clocks, events, transfers."""
+        p, S, D, m = self.p, self.S, self.D, self.m
+        self.after = self._successors()
+        self.classes = self._preferences()
+        self.lean, self.late = self.policy.lean, self.policy.late_first
+        self.lean_room = [max((max(self.act[s]) for s in st if s != min(st)), default=0.0) if st else 0.0
+                          for st in p.stages_of_device]
+        self.orders: list[list[Op]] = [[] for _ in range(D)]
+        self.rb = [[] for _ in range(D)]   # ready B: (j, -s), or (-s, j) with late_first
+        self.rfc = [[] for _ in range(D)]  # ready continuation F: (j, s), or (-s, j) with late_first
+        self.rfa = [[] for _ in range(D)]  # ready admission F: (j, s)
+        self.rw = [deque() for _ in range(D)]
+        self.level = [0.0] * D
+        self.committed = [0.0] * D
+        self.busy = [0.0] * D              # end of the compute op running (or last run)
+        self.run_start = [0.0] * D
+        self.idle = [True] * D
+        self.events: list[tuple] = []
+        self.seq = 0
+        # offload state
+        self.off_done: dict[tuple[int, int], float] = {}
+        self.reload_wait = [deque() for _ in range(D)]   # accepted-later reload requests
+        self.b_need: dict[tuple[int, int], int] = {}     # B waiting for its reload
+        self.lane_free: dict[int, float] = {}
+        # contract v2: a forward dispatched after an offload of its device ended waits for it in the
+        # plan, so the memory that offload freed is usable at once (the latest one covers the earlier)
+        self.last_offload: list[Op | None] = [None] * D
+        self.waits: dict[Op, list[Op]] = {}
+        self.unusable = [0.0] * D  # without waits: freed by an offload, usable once the next compute op ends
+        self.on_host = [0] * D
+        self.reserve = [max((max(self.amount[s]) for s in st), default=0.0) for st in p.stages_of_device]
+        self.want_reload: set[tuple[int, int]] = set()
+        self.offloading = bool(self.trigger)
+        self.amounts: dict[tuple[int, int], float] = {}
+        self.remaining = S * m * (3 if self.split else 2)
+        self.now = 0.0
+        self.touched: set[int] = set()
+        self._handlers = {_DONE: self._done, _READY: self._ready, _XREADY: self._transfer_ready,
+                          _XDONE: self._transfer_done, _RELREQ: self._reload_request}
+
+    def _push(self, t, code, a, b, c) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, code, self.seq, a, b, c))
+
+    def _ready(self, t, kind, s, j) -> None:
+        """Op (kind, s, j) is ready at ``t``: queue it on its device (later: an event)."""
+        if t > self.now + EPS:
+            self._push(t, _READY, kind, s, j)
+            return
+        d = self.dev[s]
+        if kind is _B:
+            if self.offloading:
+                b_need = self.b_need
+                if (s, j) in b_need:
+                    b_need[(s, j)] -= 1
+                    if b_need[(s, j)] > 0:
+                        return
+            heapq.heappush(self.rb[d], (-s, j) if self.late else (j, -s))
+        elif kind is _F:
+            if s == self.first[d]:
+                heapq.heappush(self.rfa[d], (j, s))
+            else:
+                heapq.heappush(self.rfc[d], (-s, j) if self.late else (j, s))
+        else:
+            self.rw[d].append((s, j))
+        self.touched.add(d)
+
+    def _try_reload(self, d, t) -> None:
+        """Accept waiting reload requests of device d that fit in memory."""
+        q, limit, level, amount = self.reload_wait[d], self.limit, self.level, self.amount
+        while q:
+            s, j = q[0]
+            if limit[d] is not None and level[d] + amount[s][j] > limit[d] + EPS:
+                return
+            q.popleft()
+            level[d] += amount[s][j]
+            self.orders[d].append(Op(_REL, s, j))
+            start = max(t, self.busy[d], self.off_done[(s, j)])
+            self._push(start, _XREADY, _REL, s, j)
+
+    def _dispatch(self, d, t) -> None:
+        """Start on idle device d the ready op it prefers that memory allows, if any."""
+        limit, level, act, committed = self.limit, self.level, self.act, self.committed
+        lean, late = self.lean, self.late
+        rb, rfc, rfa, rw = self.rb[d], self.rfc[d], self.rfa[d], self.rw[d]
+        for cls in self.classes:
+            if cls == _RB:
+                if rb:
+                    a, b = heapq.heappop(rb)
+                    j, s, kind = (b, -a, _B) if late else (a, -b, _B)
+                    break
+            elif cls == _RFC:
+                if rfc:
+                    a, b = rfc[0]
+                    s = -a if late else b
+                    j = b if late else a
+                    if not lean or limit[d] is None or level[d] + self.unusable[d] + act[s][j] <= limit[d] + EPS:
+                        heapq.heappop(rfc)
+                        kind = _F
+                        committed[d] -= act[s][j]
+                        level[d] += act[s][j]
+                        break
+            elif cls == _RFA:
+                if rfa and (limit[d] is None or level[d] + (self.lean_room[d] if lean else committed[d])
+                            + self.need[d][rfa[0][0]] + self.unusable[d]
+                            + (self.reserve[d] if self.on_host[d] and not lean else 0.0) <= limit[d] + EPS):
+                    j, s = heapq.heappop(rfa)
+                    kind = _F
+                    level[d] += act[s][j]
+                    committed[d] += self.rest[d][j]
+                    break
+            elif rw:
+                s, j = rw.popleft()
+                kind = _W
+                break
+        else:
+            return
+        op = _new_op(Op, (kind, s, j))
+        self.orders[d].append(op)
+        if kind is _F and self.last_offload[d] is not None:
+            self.waits[op] = [self.last_offload[d]]
+            self.last_offload[d] = None
+        end = t + self.dur[kind][s][j]
+        self.run_start[d], self.busy[d], self.idle[d] = t, end, False
+        self._push(end, _DONE, kind, s, j)
+        if kind is _B and self.offloading and s in self.trigger:
+            self._request_reloads(s, j, t)
+
+    def _request_reloads(self, s, j, t) -> None:
+        """B(s, j) started at ``t``: request the reloads it triggers, to end as the B chain reaches them."""
+        amount, dur, lat = self.amount, self.dur, self.lat
+        for low in self.trigger[s]:
+            if amount[low][j] <= 0:
+                continue
+            if (low, j) not in self.off_done:
+                self.want_reload.add((low, j))
+                continue
+            ahead = sum(dur[_B][u][j] + lat[u - 1][j] for u in range(low + 1, s + 1))
+            target = t + ahead - self.p.duration(_REL, low, amount=amount[low][j])
+            self._push(max(t, target), _RELREQ, _REL, low, j)
+
+    def _done(self, t, kind, s, j) -> None:
+        """A compute op ended: its device is idle, its successors get ready, its memory changes."""
+        d = self.dev[s]
+        self.remaining -= 1
+        self.idle[d] = True
+        self.touched.add(d)
+        self.unusable[d] = 0.0
+        ready = self._ready
+        for nkind, ns, lag in self.after[(kind, s)]:
+            ready(t + lag[j], nkind, ns, j)
+        if kind is _F:
+            amount = self.amount[s][j]
+            if amount > 0:
+                self.orders[d].append(Op(_OFF, s, j))
+                self.amounts[(s, j)] = amount
+                self.b_need[(s, j)] = 2
+                self._push(t, _XREADY, _OFF, s, j)
+            return
+        if kind is _B:
+            self.level[d] -= self.act[s][j] - self.hold[s][j]
+        elif kind is _W:
+            self.level[d] -= self.hold[s][j]
+        else:
+            raise ValueError(f"the list scheduler has no rule for op kind {kind!r}")
+        if self.reload_wait[d]:
+            self._try_reload(d, t)
+
+    def _transfer_ready(self, t, kind, s, j) -> None:
+        """A transfer may start: when its lane is free, and not while its device runs a compute op that
+        began before it."""
+        d = self.dev[s]
+        ln = self.p.lane(d, kind)
+        free = self.lane_free.get(ln, 0.0)
+        if free > t + EPS:
+            self._push(free, _XREADY, kind, s, j)
+        elif self.run_start[d] < t - EPS and t < self.busy[d] - EPS:
+            self._push(self.busy[d], _XREADY, kind, s, j)
+        else:
+            end = t + self.p.duration(kind, s, amount=self.amount[s][j])
+            self.lane_free[ln] = end
+            self._push(end, _XDONE, kind, s, j)
+
+    def _transfer_done(self, t, kind, s, j) -> None:
+        """An offload ended (memory freed, a reload may follow) or a reload ended (its B may run)."""
+        d = self.dev[s]
+        if kind is _OFF:
+            self.off_done[(s, j)] = t
+            self.level[d] -= self.amount[s][j]
+            if self.policy.wait_for_offloads:
+                self.last_offload[d] = Op(_OFF, s, j)
+            else:
+                self.unusable[d] += self.amount[s][j]
+            self.on_host[d] += 1
+            if (s, j) in self.want_reload:
+                self.want_reload.discard((s, j))
+                self._push(t, _RELREQ, _REL, s, j)
+            self._try_reload(d, t)
+        else:
+            self.on_host[d] -= 1
+            self._ready(t, _B, s, j)
+
+    def _reload_request(self, t, kind, s, j) -> None:
+        d = self.dev[s]
+        self.reload_wait[d].append((s, j))
+        self._try_reload(d, t)
