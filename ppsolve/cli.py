@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``ppsolve/commands/<name>.py`` with ``add_parser(subparsers)``
 and ``run(args) -> int``; COMMANDS lists them in the order ``--help`` shows.
-Errors become one line on stderr and an exit code (2 bad input, 3 infeasible).
+Errors become one line on stderr, naming the flags the user typed (``commands.flags``), and an exit
+code (2 bad input, 3 infeasible).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from typing import Sequence
 
 from ppsolve import __version__
+from ppsolve.commands.flags import cli_text
 from ppsolve.errors import PpsolveError
 
 COMMANDS = [
@@ -69,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except PpsolveError as exc:
-        print(f"ppsolve {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"ppsolve {args.command}: error: {one_line(cli_text(exc, args.parser))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"ppsolve {args.command}: interrupted", file=sys.stderr)

@@ -45,14 +45,3 @@ class DeadlockError(PpsolveError):
     """An order of actions that can never complete."""
 
     exit_code = 2
-
-
-def positive_number(text: str, field: str, expected: str) -> float:
-    """``text`` as a number > 0, or an InputError for ``field`` (``expected`` says what it must be)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(field, f"must be {expected}, got {text!r}") from None
-    if not value > 0:
-        raise InputError(field, f"must be > 0, got {text}")
-    return value

@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ppsolve.methods import Method
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,8 +31,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def select_methods(spec: str) -> list[Method]:
+    """'all', or comma-separated method names (unknown names are an error listing known ones)."""
+    from ppsolve.errors import InputError, NotApplicableError
+    from ppsolve.methods import all_methods, get_method
+
+    if spec.strip().lower() == "all":
+        methods = all_methods()
+        if not methods:
+            raise NotApplicableError("no methods are registered (install the baselines or solvers)")
+        return methods
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise InputError("--methods", "give 'all' or method names separated by commas")
+    try:
+        return [get_method(name) for name in names]
+    except NotApplicableError as exc:
+        raise InputError("--methods", str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    from ppsolve.studies.bench import collect_problems, run_bench, select_methods, write_csv, write_markdown
+    from ppsolve.studies.bench import collect_problems, run_bench, write_csv, write_markdown
     from ppsolve.errors import InputError
     from ppsolve.limits import check_seconds
     from ppsolve.methods import RunOptions

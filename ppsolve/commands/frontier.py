@@ -34,10 +34,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_capacities(text: str) -> list[float | None] | None:
+    """'auto' -> None; '4,6,8,inf' -> [4.0, 6.0, 8.0, None] ('inf'/'none'/'unbounded' = unbounded)."""
+    from ppsolve.commands.flags import positive_number
+
+    if text.strip().lower() == "auto":
+        return None
+    return [None if part.strip().lower() in ("inf", "none", "unbounded")
+            else positive_number(part.strip(), "--capacities", "'auto' or numbers separated by commas")
+            for part in text.split(",")]
+
+
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.limits import check_seconds
-    from ppsolve.studies.frontier import compute_frontier, parse_capacities, write_frontier_csv
+    from ppsolve.studies.frontier import compute_frontier, write_frontier_csv
     from ppsolve.plot.figure import image_format
     from ppsolve.plot.frontier_plot import plot_frontier
     from ppsolve.problem import load_problem

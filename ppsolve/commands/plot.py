@@ -19,10 +19,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_size(text: str | None) -> tuple[float, float] | None:
+    """``--size``: 'WxH' in inches (e.g. '12x8') to a (width, height) pair; None stays None."""
+    from ppsolve.errors import InputError
+
+    if text is None:
+        return None
+    try:
+        width, height = (float(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise InputError("--size", f"must be WIDTHxHEIGHT in inches, e.g. 12x8, got {text!r}") from None
+    if not (0.5 <= width <= 200 and 0.5 <= height <= 200):
+        raise InputError("--size", f"each side must be between 0.5 and 200 inches, got {text!r}")
+    return width, height
+
+
 def run(args: argparse.Namespace) -> int:
     from ppsolve.errors import InputError
     from ppsolve.jsonio import require_directory
-    from ppsolve.plot.figure import image_format, parse_size
+    from ppsolve.plot.figure import image_format
     from ppsolve.plot.gantt import plot_schedule
 
     image_format(args.output, "--output")

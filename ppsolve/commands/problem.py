@@ -114,7 +114,7 @@ def _check_documents_flags(args: argparse.Namespace) -> None:
 
 
 def _capacity(text: str):
-    from ppsolve.errors import positive_number
+    from ppsolve.commands.flags import positive_number
 
     if text in ("hbm", "none"):
         return None if text == "none" else "hbm"

@@ -48,6 +48,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """``--lengths``: two or three increasing token counts, ``64,128,256``."""
+    from ppsolve.errors import InputError
+    from ppsolve.executor.scaling import check_lengths
+
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise InputError("--lengths", f"must be whole token counts >= 1 separated by commas, got {text!r}")
+    return check_lengths(int(p) for p in parts)
+
+
 def run(args: argparse.Namespace) -> int:
     from ppsolve.costmodel.partition import parse_partition
     from ppsolve.errors import InputError
@@ -59,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
 
     require_directory(args.output)
     if args.lengths is not None:
-        from ppsolve.executor.scaling import parse_lengths
-
         lengths = parse_lengths(args.lengths)
     for name in ("devices", "chunks", "microbatches", "repeats"):
         if getattr(args, name) < 1:

@@ -39,7 +39,7 @@ def token_budget(batch: Batch, flag: int | None, model: Transformer) -> int:
     """The token budget of a microbatch (see the module doc)."""
     if flag is not None:
         if flag < 1:
-            raise InputError("--tokens-per-microbatch", f"must be >= 1, got {flag}")
+            raise InputError("tokens_per_microbatch", f"must be >= 1, got {flag}")
         return flag
     return batch.tokens_per_microbatch or model.sequence * model.micro_batch_size
 
@@ -63,7 +63,7 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
         for j, lengths in enumerate(loader.microbatches):
             if sum(lengths) > budget:
                 raise InputError(f"documents[{j}]", f"holds {sum(lengths)} tokens, more than the token budget of "
-                                                    f"{budget} per microbatch (--tokens-per-microbatch)")
+                                                    f"{budget} per microbatch (`tokens_per_microbatch`)")
         return [loader]
     return [loader, chosen]
 
@@ -79,7 +79,7 @@ def _refuse_long_documents(batch: Batch, budget: int, split: bool) -> None:
     for where, length in places:
         if length > budget:
             raise InputError(where, f"{length} tokens do not fit the token budget of {budget} per microbatch "
-                                    "(documents are not split unless --split-documents)")
+                                    "(documents are not split unless `split_documents`)")
 
 
 def problem_for_batch(model: Transformer, hardware: Hardware, layout: Layout,

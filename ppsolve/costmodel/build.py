@@ -113,12 +113,15 @@ def _capacity(layout: Layout, hardware: Hardware, memory: dict,
             which = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}"
             reserve = f" + reserve {figures['reserve']:.1f} GiB" if layout.capacity == "hbm" else ""
             given = "none" if layout.capacity is None else f"{layout.capacity:g}" if layout.capacity != "hbm" else ""
-            fix = "or give --capacity" if layout.capacity == "hbm" else f"--capacity {given} cannot make it fit"
-            raise InputError("--capacity", f"{which} (device {device}): static memory {figures['static']:.1f} GiB "
-                                           f"(weights {parts['weights']:.1f} + gradients {parts['gradients']:.1f} "
-                                           f"+ optimizer {parts['optimizer']:.1f}){reserve} does not fit in the "
-                                           f"{hardware.gpu.name}'s {hardware.gpu.hbm_gib:g} GiB: add pipeline "
-                                           f"stages, --tensor-parallel or --optimizer-sharding, {fix}")
+            fix = "or give `layout.capacity`" if layout.capacity == "hbm" else \
+                f"`layout.capacity` {given} cannot make it fit"
+            raise InputError("layout.capacity", f"{which} (device {device}): static memory {figures['static']:.1f} "
+                                                f"GiB (weights {parts['weights']:.1f} + gradients "
+                                                f"{parts['gradients']:.1f} + optimizer {parts['optimizer']:.1f})"
+                                                f"{reserve} does not fit in the {hardware.gpu.name}'s "
+                                                f"{hardware.gpu.hbm_gib:g} GiB: add pipeline stages, "
+                                                "`layout.parallel.tensor` or `layout.parallel.sharding`, "
+                                                f"{fix}")
         caps.append(figures["left"])
     if layout.capacity is None:
         return None
@@ -133,7 +136,7 @@ def _links(layout: Layout, hardware: Hardware) -> list[list[int]] | None:
 
 def problem_data(model: Transformer, hardware: Hardware, layout: Layout, partition: Partition) -> dict:
     """The problem file's content (not yet validated)."""
-    placement = expand_placement(layout.placement, layout.devices, layout.chunks, "--placement")
+    placement = expand_placement(layout.placement, layout.devices, layout.chunks, "layout.placement")
     par = layout.parallel
     costs = stage_costs(model, partition, par)
     t = lambda flops, nbytes=0.0: round(stage_ms(flops, nbytes, hardware), TIME_DIGITS)  # noqa: E731
@@ -235,11 +238,12 @@ def check_layout(model: Transformer, layout: Layout) -> None:
     """Refuse a backward mode, or a recompute with it, that no problem file can express, and a parallel layout
     that does not divide the model or whose static memory does not fit the GPU."""
     if layout.backward not in ("split", "fused"):
-        raise InputError("--backward", f"must be split or fused, got {layout.backward!r}")
+        raise InputError("layout.backward", f"must be split or fused, got {layout.backward!r}")
     if model.recompute == "full" and layout.backward == "split":
-        raise InputError("--recompute", "full recompute with a split backward cannot be written: W needs the "
-                                        "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
-                                        "(weight_hold > activation); use --recompute decide or --backward fused")
+        raise InputError("recompute", "full recompute with a split backward cannot be written: W needs the "
+                                      "recomputed GEMM inputs from B to W, more than the checkpoint F keeps "
+                                      "(weight_hold > activation); use `recompute` decide or `layout.backward` "
+                                      "fused")
     layout.parallel.check_fits(model)
 
 
@@ -247,7 +251,7 @@ def _input_behind(error: InputError, data: dict, hardware: Hardware) -> str | No
     """The hardware figure that made the generated time ``error`` names (the p2p latency or link, the
     host link, the GPU's FLOP rate), or None when the error names no generated time."""
     text = f"{error.field} {error.message}"
-    gpu_figure = lambda name: f"hardware.{name}" if name in hardware.overridden else "--gpu"  # noqa: E731
+    gpu_figure = lambda name: f"hardware.{name}" if name in hardware.overridden else "gpu"  # noqa: E731
     if "time.p2p" in text:
         if hardware.p2p_latency_ms >= data["time"]["p2p"] / 2:
             return "hardware.p2p_latency_ms"

@@ -64,7 +64,7 @@ class Transformer:
         if size is None:
             return self
         if size < 1:
-            raise InputError("--micro-batch-size", f"must be >= 1, got {size}")
+            raise InputError("micro_batch_size", f"must be >= 1, got {size}")
         return replace(self, micro_batch_size=size)
 
     def to_dict(self) -> dict:
@@ -123,7 +123,7 @@ def load_transformer(path: str | Path) -> Transformer:
 SHRINKABLE = ("layers", "hidden", "heads", "kv_groups", "ffn", "sequence", "vocabulary")
 
 
-def shrink(model: Transformer, text: str, where: str = "--shrink") -> Transformer:
+def shrink(model: Transformer, text: str, where: str = "shrink") -> Transformer:
     """``model`` with the sizes ``text`` gives (``hidden=64,layers=8,sequence=16,vocabulary=256``): the
     layer types stay; heads, key/value groups and the MLP width follow the hidden size unless given
     (head size at least 16, the GQA ratio and ffn / hidden kept)."""
@@ -180,8 +180,8 @@ def gpu_named(name: str, where: str = "hardware.gpu", hint: str | None = None) -
     try:
         return bundled_gpus()[name.upper()]
     except KeyError:
-        how = hint or ("for another GPU pass --hardware FILE naming it with all its figures "
-                       "(the file's schema: ppsolve schema hardware)")
+        how = hint or ("for another GPU describe it with all its figures in a hardware file (`hardware`; its "
+                       "schema: ppsolve schema hardware)")
         raise InputError(where, f"unknown GPU {name!r}; bundled profiles: {', '.join(bundled_gpus())}; "
                                 f"{how}") from None
 
@@ -218,7 +218,7 @@ def hardware_from_dict(data: Any, where: str = "hardware") -> Hardware:
                     p2p_latency_ms=float(data.get("p2p_latency_ms", 0.01)), overridden=tuple(sorted(overrides)))
 
 
-def hardware_of_gpu(name: str, where: str = "--gpu") -> Hardware:
+def hardware_of_gpu(name: str, where: str = "gpu") -> Hardware:
     """A bundled GPU profile as it is, ranks linked by NVLink."""
     return Hardware(gpu=gpu_named(name, where))
 

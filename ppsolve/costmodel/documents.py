@@ -78,7 +78,7 @@ def batch_from_data(data: Any, where: str = WHERE) -> Batch:
 
 
 def read_batch(path: str | Path) -> Batch:
-    return batch_from_data(read_json(path, "--documents"))
+    return batch_from_data(read_json(path, "documents"))
 
 
 def _nonempty(value: Any, where: str, what: str) -> None:
@@ -147,7 +147,7 @@ def device_times(model: Transformer, hardware: Hardware, layout: Layout, partiti
                  tokens: int, pairs: float) -> list[float]:
     """Unrounded F + B + W milliseconds of one microbatch on each device, straight from the cost model."""
     costs = stage_costs(microbatch_model(model, tokens), partition, layout.parallel, pairs)
-    placement = expand_placement(layout.placement, layout.devices, layout.chunks, "--placement")
+    placement = expand_placement(layout.placement, layout.devices, layout.chunks, "layout.placement")
     times = [0.0] * layout.devices
     for s, c in enumerate(costs):
         times[placement[s]] += (stage_ms(c.forward, c.forward_bytes, hardware)

@@ -42,7 +42,7 @@ def cut(documents: Sequence[int], budget: int, split: bool, where: str = "docume
     for i, length in enumerate(documents):
         if length > budget and not split:
             raise InputError(f"{where}[{i}]", f"{length} tokens do not fit the token budget of {budget} per "
-                                              "microbatch (documents are not split unless --split-documents)")
+                                              "microbatch (documents are not split unless `split_documents`)")
         while length > budget:
             out.append(budget)
             length -= budget

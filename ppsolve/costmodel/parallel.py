@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from ppsolve.errors import InputError
 
+FIELD = "layout.parallel"  # where a Parallelism sits, for the fields its errors name
+
 SHARDINGS = ("none", "optimizer", "gradients", "full")
 
 # (weight, gradient, optimizer-state) bytes per parameter in mixed precision, by model dtype.
@@ -49,16 +51,15 @@ class Parallelism:
     sharding: str = "none"
 
     def __post_init__(self):
-        for name, flag in (("tensor", "--tensor-parallel"), ("context", "--context-parallel"),
-                           ("data", "--data-parallel")):
+        for name in ("tensor", "context", "data"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(flag, f"must be an integer >= 1, got {value!r}")
+                raise InputError(f"{FIELD}.{name}", f"must be an integer >= 1, got {value!r}")
         if self.sharding not in SHARDINGS:
-            raise InputError("--optimizer-sharding", f"must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+            raise InputError(f"{FIELD}.sharding", f"must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
         if self.sequence and self.tensor == 1:
-            raise InputError("--sequence-parallel", "needs --tensor-parallel > 1 (it splits the sequence over the "
-                                                    "tensor-parallel ranks)")
+            raise InputError(f"{FIELD}.sequence", f"needs `{FIELD}.tensor` > 1 (it splits the sequence over the "
+                                                  "tensor-parallel ranks)")
 
     @property
     def shards(self) -> int:
@@ -78,16 +79,15 @@ class Parallelism:
         t, c = self.tensor, self.context
         for size in ("heads", "kv_groups", "hidden", "ffn"):
             if getattr(model, size) % t:
-                raise InputError("--tensor-parallel", f"{t} does not divide the model's {size} "
-                                                      f"({getattr(model, size)})")
+                raise InputError(f"{FIELD}.tensor", f"{t} does not divide the model's {size} "
+                                                    f"({getattr(model, size)})")
         if c > 1 and model.sequence % (2 * c):
-            raise InputError("--context-parallel", f"{c} needs a sequence divisible by 2 x {c} = {2 * c} (two "
-                                                   f"chunks per rank balance the causal mask), got "
-                                                   f"{model.sequence}")
+            raise InputError(f"{FIELD}.context", f"{c} needs a sequence divisible by 2 x {c} = {2 * c} (two "
+                                                 f"chunks per rank balance the causal mask), got {model.sequence}")
         if self.sequence and (model.sequence // c) % t:
-            raise InputError("--sequence-parallel", f"splits the {model.sequence // c} tokens of each "
-                                                    f"context-parallel rank over --tensor-parallel {t}: "
-                                                    f"{model.sequence // c} is not divisible by {t}")
+            raise InputError(f"{FIELD}.sequence", f"splits the {model.sequence // c} tokens of each "
+                                                  f"context-parallel rank over `{FIELD}.tensor` {t}: "
+                                                  f"{model.sequence // c} is not divisible by {t}")
 
     def bytes_per_param(self, dtype: str) -> tuple[float, float, float]:
         """(weights, gradients, optimizer states) bytes per parameter on one GPU."""

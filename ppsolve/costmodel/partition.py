@@ -58,7 +58,7 @@ class Partition:
         return ",".join(map(str, self.layers))
 
 
-def even_partition(layers: int, stages: int, where: str = "--partition") -> Partition:
+def even_partition(layers: int, stages: int, where: str = "partition") -> Partition:
     """Blocks spread as evenly as possible; the extra ones go to the middle stages."""
     if layers < stages:
         raise InputError(where, f"{layers} layers cannot be cut into {stages} stages (need >= 1 per stage)")
@@ -83,7 +83,7 @@ def checked(partition: Partition, layers: int, stages: int, where: str) -> Parti
     return partition
 
 
-def parse_partition(text: str, layers: int, stages: int, where: str = "--partition") -> Partition:
+def parse_partition(text: str, layers: int, stages: int, where: str = "partition") -> Partition:
     """``even``, ``3,5,5,3`` or ``Et*3|t*5|t*5|t*3L`` as a Partition checked against the model."""
     text = text.strip()
     if text == "even":
@@ -124,7 +124,7 @@ def recorded_partition(annotations: dict[str, Any], layers: int, stages: int,
     return checked(Partition(tuple(counts)), layers, stages, f"{where}.layers")
 
 
-def scale_partition(partition: Partition, layers: int, where: str = "--shrink.layers") -> Partition:
+def scale_partition(partition: Partition, layers: int, where: str = "shrink.layers") -> Partition:
     """``partition`` cut down (or up) to ``layers`` blocks in the same proportions: each stage's share by
     largest remainder, a stage that held blocks keeps at least one (for a shrunk model's CPU check)."""
     least = [1 if count else 0 for count in partition.layers]

@@ -126,7 +126,7 @@ def search_partition(make: Callable[[Partition], Problem], start: Partition, *, 
     """Rank partitions by bound, run the solver on the ``top`` best, return the shortest schedule."""
     ranked, scored = rank_partitions(make, start, beam=beam)
     if not ranked:
-        raise PpsolveError("no partition gives a problem that can exist (see --capacity)")
+        raise PpsolveError("no partition gives a problem that can exist (see `layout.capacity`)")
     options = RunOptions(time_limit=time_limit, threads=threads, seed=seed)
     trials = []
     for candidate in ranked[:max(1, top)]:

@@ -6,7 +6,8 @@ offload), ``runtime`` (one rank walking its action list), ``device`` (CPU/gloo o
 CUDA/NCCL: placement, transfer copies, streams and events, timers), ``comm``
 (point-to-point messages: tagged on gloo, ordered channels on NCCL), ``launch`` (processes,
 watchdog), ``reference`` (single-process gradients), ``report`` (measured against
-predicted, Chrome trace), ``profiler`` (problem files from measurements) and
-``torch_runtime`` (the same schedule through ``torch.distributed.pipelining``).
+predicted, Chrome trace), ``profiler`` (problem files from measurements),
+``torch_runtime`` (the same schedule through ``torch.distributed.pipelining``) and
+``training`` (a plan per training step: packed documents, any schedule handed over in memory).
 Import the submodules explicitly; this package does not import torch by itself.
 """

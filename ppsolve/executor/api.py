@@ -51,21 +51,21 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
     spec.blocks_of_stages(problem.num_stages, problem.annotations)
     lengths = microbatch_lengths(problem, spec)
     if runtime in ("torch", "torchtitan") and lengths is not None and lengths.budget is None:
-        raise InputError("problem.x-token-budget", f"is needed by --runtime {runtime} (its stages take one fixed "
+        raise InputError("problem.x-token-budget", f"is needed by `runtime` {runtime} (its stages take one fixed "
                                                    "shape: every microbatch is padded to this many tokens)")
     profiled = problem.annotations.get("x-profile")
     model_info = profiled.get("model") if isinstance(profiled, dict) else None
     recorded = model_info.get("name") if isinstance(model_info, dict) else None
     if recorded is not None and recorded != spec.name:
-        raise InputError("--model", f"the schedule's problem was profiled on model {recorded!r}, not {spec.name!r}; "
-                                    "profile this model (ppsolve profile) and solve again")
+        raise InputError("model", f"the schedule's problem was profiled on model {recorded!r}, not {spec.name!r}; "
+                                  "profile this model (ppsolve profile) and solve again")
     if ranks is not None and ranks != problem.devices:
         raise InputError("ranks", f"the schedule is for {problem.devices} devices but {ranks} ranks were launched")
     report = check(schedule)
     if not report.valid:
         raise InputError("schedule", "is not valid: " + report.violations[0].message)
     if runtime not in ("ppsolve", "torch", "torchtitan"):
-        raise InputError("--runtime", f"must be ppsolve, torch or torchtitan, got {runtime!r}")
+        raise InputError("runtime", f"must be ppsolve, torch or torchtitan, got {runtime!r}")
     csv_text = None
     if runtime == "torch":
         from ppsolve.export.torch_csv import to_compute_comms_csv
@@ -76,7 +76,7 @@ def prepare(schedule: Schedule, model: str | Path | ModelSpec, ranks: int | None
         from ppsolve.export.torch_csv import to_torch_csv
         from ppsolve.export.torchtitan import INSTALL, schedule_name
         if importlib.util.find_spec("torchtitan") is None:
-            raise InputError("--runtime", f"torchtitan is not installed: {INSTALL}")
+            raise InputError("runtime", f"torchtitan is not installed: {INSTALL}")
         schedule_name(problem)
         csv_text = to_torch_csv(schedule)
     return spec, csv_text
@@ -91,7 +91,7 @@ def execute(schedule: Schedule, model: str | Path | ModelSpec, *, ranks: int | N
     ``device``: auto (CUDA with NCCL when there is one GPU per local rank, else CPU with
     gloo), cpu or cuda. ``comm`` forces the message protocol (tests; see ``comm``)."""
     if steps < 1:
-        raise InputError("--steps", f"must be >= 1, got {steps}")
+        raise InputError("steps", f"must be >= 1, got {steps}")
     torchrun = in_torchrun()
     if torchrun:
         import os
@@ -111,7 +111,7 @@ def execute_all(schedules: list[Schedule], model: str | Path | ModelSpec, *, ste
     if not schedules or len({s.problem.devices for s in schedules}) != 1:
         raise InputError("schedules", "must be one or more schedules with the same number of devices")
     if steps < 1:
-        raise InputError("--steps", f"must be >= 1, got {steps}")
+        raise InputError("steps", f"must be >= 1, got {steps}")
     world = schedules[0].problem.devices
     kind = select_device(device, world)
     prepared = [prepare(schedule, model, None, runtime) for schedule in schedules]

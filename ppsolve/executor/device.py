@@ -40,7 +40,7 @@ def select_device(requested: str, local_ranks: int, cuda_available: bool | None 
     auto: CUDA when it is available with one GPU per local rank, else CPU. ``cuda`` without
     CUDA, or with fewer GPUs than local ranks (NCCL needs one GPU per rank), is refused."""
     if requested not in DEVICE_CHOICES:
-        raise InputError("--device", f"must be one of {', '.join(DEVICE_CHOICES)}, got {requested!r}")
+        raise InputError("device", f"must be one of {', '.join(DEVICE_CHOICES)}, got {requested!r}")
     if requested == "cpu":
         return "cpu"
     if cuda_available is None:
@@ -51,10 +51,10 @@ def select_device(requested: str, local_ranks: int, cuda_available: bool | None 
     if requested == "auto":
         return "cuda" if enough else "cpu"
     if not cuda_available:
-        raise InputError("--device", "cuda was requested but CUDA is not available here "
-                                     "(torch.cuda.is_available() is False); use --device cpu or auto")
+        raise InputError("device", "cuda was requested but CUDA is not available here "
+                                   "(torch.cuda.is_available() is False); use `device` cpu or auto")
     if not enough:
-        raise InputError("--device", f"cuda needs one GPU per local rank: {local_ranks} ranks, {gpu_count} GPU(s)")
+        raise InputError("device", f"cuda needs one GPU per local rank: {local_ranks} ranks, {gpu_count} GPU(s)")
     return "cuda"
 
 

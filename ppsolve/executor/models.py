@@ -38,9 +38,27 @@ class Embedding(nn.Module):
         self.tokens = nn.Embedding(vocab, hidden)
         self.position = nn.Parameter(torch.randn(seq_len, hidden) * 0.02) if learned_positions else None
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tokens(ids)
-        return x if self.position is None else x + self.position[:ids.shape[-1]]
+        if self.position is None:
+            return x
+        return x + (self.position[:ids.shape[-1]] if documents is None else self.position[positions(documents)])
+
+
+def positions(documents: torch.Tensor) -> torch.Tensor:
+    """Each token's position in its own document (``documents``: a document index per token, shape (b, seq))."""
+    index = torch.arange(documents.shape[-1], device=documents.device).expand_as(documents)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[..., 1:] = documents[..., 1:] != documents[..., :-1]
+    return index - torch.where(starts, index, 0).cummax(dim=-1).values
+
+
+def attention_mask(seq: int, documents: torch.Tensor | None, device) -> torch.Tensor:
+    """True where a query may not see a key: a later token, or (``documents``) another document's."""
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(1)
+    if documents is None:
+        return causal
+    return (causal | (documents[:, :, None] != documents[:, None, :]))[:, None]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -69,7 +87,8 @@ class Block(nn.Module):
         self.fc2 = nn.Linear(ffn, hidden, bias=bias)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
+        """``documents`` (packed documents, a document index per token): attention and positions per document."""
         batch, seq, hidden = x.shape
         kv = self.groups * self.head_dim
         q, k, v = self.qkv(self.ln1(x)).split((hidden, kv, kv), dim=-1)
@@ -77,14 +96,16 @@ class Block(nn.Module):
         k, v = (t.reshape(batch, seq, self.groups, self.head_dim).transpose(1, 2) for t in (k, v))
         if self.rotary:  # angles made per call: each microbatch's saved tensors are its own
             inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, device=x.device) / self.head_dim))
-            angles = torch.outer(torch.arange(seq, device=x.device, dtype=inv.dtype), inv).repeat(1, 2)
+            if documents is None:
+                angles = torch.outer(torch.arange(seq, device=x.device, dtype=inv.dtype), inv).repeat(1, 2)
+            else:  # (batch, 1, seq, head_dim): each token at its position in its document
+                angles = (positions(documents)[:, None, :, None].to(inv.dtype) * inv).repeat(1, 1, 1, 2)
             cos, sin = angles.cos(), angles.sin()
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if self.groups != self.heads:
             k, v = (t.repeat_interleave(self.heads // self.groups, dim=1) for t in (k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-        mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-        attn = scores.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
+        attn = scores.masked_fill(attention_mask(seq, documents, x.device), float("-inf")).softmax(dim=-1) @ v
         x = x + self.proj(attn.transpose(1, 2).reshape(batch, seq, hidden))
         inner = self.fc1(self.ln2(x))
         if self.gated:
@@ -118,15 +139,16 @@ class Residual(nn.Module):
 
 
 class StageModule(nn.Module):
-    """The parts one stage runs, in order, keyed by their global names."""
+    """The parts one stage runs, in order, keyed by their global names; ``documents`` (a document index per
+    token) reaches the parts that read it: the embedding's positions and the blocks' attention."""
 
     def __init__(self, parts: dict[str, nn.Module]):
         super().__init__()
         self.parts = nn.ModuleDict(parts)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
         for part in self.parts.values():
-            x = part(x)
+            x = part(x, documents) if documents is not None and isinstance(part, (Embedding, Block)) else part(x)
         return x
 
 

@@ -95,12 +95,12 @@ def profile(spec: ModelSpec, devices: int, chunks: int, placement: str, microbat
     budget when padded: then one value per stage); the file records them
     (:mod:`ppsolve.executor.tokens`)."""
     num_stages = devices * chunks
-    expand_placement(placement, devices, chunks, "--placement")
+    expand_placement(placement, devices, chunks, "placement")
     if partition is None:
         partition = Partition(tuple(len(r) for r in spec.layers_of_stages(num_stages, f"model {spec.name}: layers")))
     if lengths is not None and len(lengths.tokens) != microbatches:
-        raise InputError("--microbatch-tokens", f"must give {microbatches} token counts (one per microbatch), "
-                                                f"got {len(lengths.tokens)}")
+        raise InputError("lengths.tokens", f"must give {microbatches} token counts (one per microbatch), "
+                                           f"got {len(lengths.tokens)}")
     torch.set_num_threads(1)
     dev = make_device(device)
     built = models.build_stages(spec, num_stages, blocks=partition.blocks())

@@ -1,11 +1,13 @@
 """The single-process reference: the whole model, the same data (each microbatch at its
 real tokens, unpadded), every microbatch forward and backward; loss = mean of the microbatch
 losses. It runs on the device kind of the run (CUDA: cuda:0 with TF32 off); gradients come
-back on the CPU."""
+back on the CPU. ``documents_reference``: the same for a step of packed documents, each
+document run alone (the check of ``training``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -36,6 +38,29 @@ def reference_run(spec: ModelSpec, microbatches: int, device: str = "cpu", lengt
         (loss / microbatches).backward()
     grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters() if p.grad is not None}
     return Reference(total / microbatches, grads)
+
+
+def documents_reference(model: torch.nn.Module, documents: Sequence[Sequence[torch.Tensor]]) -> Reference:
+    """Loss and gradients of a step of packed documents (``training.StepBatch.documents``: per microbatch, its
+    documents as L + 1 token ids) in one process, each document run alone as a sequence of its own: no
+    packing, no document mask. A microbatch's loss is the mean over its documents' tokens, the step's the
+    mean over microbatches (as the pipeline's). ``model``: the whole model (``models.build_full``), whose
+    gradients are set to this step's."""
+    model.zero_grad(set_to_none=True)
+    total = 0.0
+    for microbatch in documents:
+        tokens = sum(len(d) - 1 for d in microbatch)
+        loss = sum(_token_losses(model, d) for d in microbatch) / tokens
+        (loss / len(documents)).backward()
+        total += float(loss.detach())
+    grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return Reference(total / len(documents), grads)
+
+
+def _token_losses(model: torch.nn.Module, document: torch.Tensor) -> torch.Tensor:
+    """The summed cross-entropy of a document's next-token predictions."""
+    logits = model(document[None, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), document[1:], reduction="sum")
 
 
 @dataclass

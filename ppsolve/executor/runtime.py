@@ -115,21 +115,17 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     mine = set(problem.stages_of_device[rank])
     built = models.build_stages(spec, S, keep=mine, blocks=spec.blocks_of_stages(S, problem.annotations))
     modules = {s: dev.place(m) for s, m in built.items()}
-    params = [p for m in modules.values() for p in m.parameters()]
     ordered = (job.comm or ("ordered" if dev.backend == "nccl" else "tagged")) == "ordered"
     channels = Channels(schedule, rank, dev.device, job.timeout_s) if ordered else None
     result = RankResult(rank)
-    actions, waits = rank_plan(schedule, rank)
     lengths = microbatch_lengths(problem, spec)
     shapes = [models.boundary_shape(spec, lengths and lengths.shape_length(j)) for j in range(M)]
+    data = ({j: models.microbatch(spec, j, lengths) for j in range(M)} if (0 in mine or S - 1 in mine) else {})
     for step in range(job.steps):
-        for p in params:
-            p.grad = None
-        ledger = SavedBytes(params)
-        stages = {s: Stage(s, S, modules[s], models.loss_fn(spec), M, ledger, dev) for s in sorted(mine)}
-        comm = (OrderedComm(channels, problem.placement, shapes, dev.device, job.timeout_s) if ordered
-                else TaggedComm(schedule, rank, stages, shapes, job.timeout_s))
-        walked = _walk(job, rank, schedule, spec, stages, ledger, actions, waits, comm, dev)
+        for module in modules.values():
+            module.zero_grad(set_to_none=True)
+        walked = walk(schedule, rank, modules, models.loss_fn(spec), data, shapes, dev, timeout_s=job.timeout_s,
+                      channels=channels, fail_at=job.fail_at)
         if step == 0 and job.steps > 1:
             first = max((r.end for r in walked.records), default=0.0)
         walked.warmup_span = first if job.steps > 1 else None
@@ -137,6 +133,29 @@ def run_rank(job: Job, rank: int, device: Device | None = None) -> RankResult:
     if job.check:
         result.grads = parameter_grads(modules)
     return result
+
+
+def walk(schedule: Schedule, rank: int, modules: dict[int, torch.nn.Module], loss_fn, data: dict,
+         shapes: list[tuple[int, ...]], dev: Device, *, timeout_s: float, channels: Channels | None = None,
+         contexts: dict[int, dict] | None = None, fail_at: tuple[int, int] | None = None) -> RankResult:
+    """One iteration of ``schedule`` on this rank: its stage ``modules`` (stage -> module) run the
+    forward and backward of every microbatch, adding the weight gradients to their ``.grad``.
+
+    ``data``: microbatch -> (input, target), read by the first and last stages; ``shapes``: the
+    shape of each microbatch's messages between stages; ``contexts``: microbatch -> keyword
+    arguments of every stage's module (its document ids); ``channels``: NCCL's ordered channels
+    (``comm``), else tagged messages."""
+    problem = schedule.problem
+    S, M = problem.num_stages, problem.microbatches
+    params = [p for m in modules.values() for p in m.parameters()]
+    ledger = SavedBytes(params)
+    stages = {s: Stage(s, S, modules[s], loss_fn, M, ledger, dev) for s in sorted(modules)}
+    comm = (OrderedComm(channels, problem.placement, shapes, dev.device, timeout_s) if channels is not None
+            else TaggedComm(schedule, rank, stages, shapes, timeout_s))
+    placed = {j: tuple(dev.place(t) for t in pair) for j, pair in data.items()}
+    context = {j: {k: dev.place(v) for k, v in c.items()} for j, c in (contexts or {}).items()}
+    actions, waits = rank_plan(schedule, rank)
+    return _walk(rank, schedule, stages, ledger, actions, waits, comm, dev, placed, context, fail_at)
 
 
 def rank_plan(schedule: Schedule, rank: int) -> tuple[list[ScheduledOp], list[list[int]]]:
@@ -158,13 +177,10 @@ def lane_name(problem: Problem, kind: OpKind) -> str:
     raise ValueError(f"no lane for op kind {kind!r}")
 
 
-def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict[int, Stage],
-          ledger: SavedBytes, actions: list[ScheduledOp], waits: list[list[int]], comm, dev: Device) -> RankResult:
+def _walk(rank: int, schedule: Schedule, stages: dict[int, Stage], ledger: SavedBytes, actions: list[ScheduledOp],
+          waits: list[list[int]], comm, dev: Device, data: dict, contexts: dict, fail_at) -> RankResult:
     problem = schedule.problem
     S, M, place = problem.num_stages, problem.microbatches, problem.placement
-    lengths = microbatch_lengths(problem, spec)
-    data = ({j: tuple(dev.place(t) for t in models.microbatch(spec, j, lengths)) for j in range(M)}
-            if (0 in stages or S - 1 in stages) else {})
     recomputed = {(s, j) for s, js in schedule.recomputed_by_stage().items() if s in stages for j in js}
     local: dict[tuple[int, int, int], torch.Tensor] = {}
     result = RankResult(rank, device=dev.kind)
@@ -174,7 +190,7 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
     dev.begin()
     peak = 0
     for index, op in enumerate(actions):
-        if job.fail_at is not None and job.fail_at == (rank, index):
+        if fail_at is not None and fail_at == (rank, index):
             raise RuntimeError(f"injected failure at action {index} ({op.op})")
         s, j, kind = op.stage, op.microbatch, op.kind
         stage = stages[s]
@@ -187,7 +203,8 @@ def _walk(job: Job, rank: int, schedule: Schedule, spec: ModelSpec, stages: dict
                 x = data[j][0] if s == 0 else (local.pop((FWD, s, j)) if place[s - 1] == rank
                                               else comm.wait_recv(FWD, s, j))
                 start = dev.stamp()
-                out = stage.forward(j, x, data[j][1] if s == S - 1 else None, recompute=(s, j) in recomputed)
+                out = stage.forward(j, x, data[j][1] if s == S - 1 else None, recompute=(s, j) in recomputed,
+                                    context=contexts.get(j))
                 if out is not None:
                     _pass(comm, local, FWD, s + 1, j, out, place[s + 1], rank)
             elif kind is OpKind.B:

@@ -45,14 +45,11 @@ class Scaling:
                 "deviation": {k: [round(d, 4) for d in self.deviation(k)] for k in FIGURES}}
 
 
-def parse_lengths(text: str, where: str = "--lengths") -> tuple[int, ...]:
-    """Two or three increasing token counts, ``64,128,256``."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and int(p) >= 1 for p in parts):
-        raise InputError(where, f"must be whole token counts >= 1 separated by commas, got {text!r}")
-    lengths = tuple(int(p) for p in parts)
-    if not 2 <= len(lengths) <= 3 or list(lengths) != sorted(set(lengths)):
-        raise InputError(where, f"must be two or three increasing lengths, got {text!r}")
+def check_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
+    """``lengths`` as a tuple, if they are two or three increasing token counts >= 1 (``64, 128, 256``)."""
+    lengths = tuple(lengths)
+    if not 2 <= len(lengths) <= 3 or list(lengths) != sorted(set(lengths)) or lengths[0] < 1:
+        raise InputError("lengths", f"must be two or three increasing token counts >= 1, got {list(lengths)}")
     return lengths
 
 
@@ -69,6 +66,7 @@ def predicted(model: Transformer, partition: Partition, lengths: Sequence[int]) 
 def measure_scaling(model: Transformer, lengths: Sequence[int], partition: Partition, repeats: int = 3,
                     device: str = "cpu") -> Scaling:
     """Measure the stages of ``partition`` at each length (a split backward, one device per stage)."""
+    lengths = check_lengths(lengths)
     measured: dict[str, list[float]] = {k: [] for k in FIGURES}
     for length in lengths:
         spec = spec_of_transformer(replace(model, sequence=length))

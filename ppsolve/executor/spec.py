@@ -49,7 +49,7 @@ class ModelSpec:
         if size is None:
             return self
         if size < 1:
-            raise InputError("--micro-batch-size", f"must be >= 1, got {size}")
+            raise InputError("micro_batch_size", f"must be >= 1, got {size}")
         source = None if self.source is None else {**self.source, "micro_batch_size": size}
         return ModelSpec(self.kind, self.name, self.dims, size, self.seed, source)
 
@@ -114,7 +114,7 @@ def model_from_dict(data: Any, where: str = "model") -> ModelSpec:
 
 def refuse_too_big(spec: ModelSpec) -> None:
     """Refuse a transformer whose fp32 weights alone would take half this machine's memory (a check's
-    reference run builds the whole model): a full-size description needs ``--shrink``."""
+    reference run builds the whole model): a full-size description needs shrinking (``descriptions.shrink``)."""
     import os
 
     from ppsolve.costmodel.build import stage_costs
@@ -126,10 +126,10 @@ def refuse_too_big(spec: ModelSpec) -> None:
     params = sum(c.params for c in stage_costs(described, Partition((described.layers,))))
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if 4 * params > memory / 2:
-        raise InputError("--model", f"{spec.name} has {params / 1e9:.1f}e9 parameters, {4 * params / 2**30:.0f} GiB "
-                                    f"in fp32, more than half of this machine's {memory / 2**30:.0f} GiB: run a "
-                                    "smaller model of the same layer types with --shrink (e.g. "
-                                    "hidden=64,layers=8,sequence=16,vocabulary=256)")
+        raise InputError("model", f"{spec.name} has {params / 1e9:.1f}e9 parameters, {4 * params / 2**30:.0f} GiB "
+                                  f"in fp32, more than half of this machine's {memory / 2**30:.0f} GiB: run a "
+                                  "smaller model of the same layer types with `shrink` (e.g. "
+                                  "hidden=64,layers=8,sequence=16,vocabulary=256)")
 
 
 def _int(value: Any, least: int, where: str) -> int:

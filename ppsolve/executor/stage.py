@@ -147,6 +147,7 @@ class Checkpoint:
     rng: object  # the device's random state before F (``Device.rng_state``)
     ptrs: list[int]  # the counted storages (the input's, unless a parameter or already counted)
     nbytes: int
+    context: dict = field(default_factory=dict)  # the module's keyword arguments for this microbatch
 
 
 class Stage:
@@ -172,10 +173,12 @@ class Stage:
 
     # ----- forward -----
     def forward(self, j: int, x: torch.Tensor, target: torch.Tensor | None,
-                recompute: bool = False) -> torch.Tensor | None:
+                recompute: bool = False, context: dict | None = None) -> torch.Tensor | None:
         """Run F(index, j); return the tensor for the next stage (None on the last stage).
-        ``recompute``: the schedule recomputes (index, j): keep only the checkpoint for R."""
-        out = self._checkpoint(j, x, target) if recompute else self._build(j, x, target)
+        ``recompute``: the schedule recomputes (index, j): keep only the checkpoint for R.
+        ``context``: keyword arguments of the module for this microbatch (its document ids)."""
+        context = context or {}
+        out = self._checkpoint(j, x, target, context) if recompute else self._build(j, x, target, context)
         return None if self.is_last else out.detach()
 
     def recompute(self, j: int) -> None:
@@ -187,23 +190,23 @@ class Stage:
             raise RuntimeError(f"R({self.index},{j}) without its forward: F({self.index},{j}) {done}")
         self.ledger.release(point.ptrs, point.nbytes)
         with self.device.replay_rng(point.rng):
-            self._build(j, point.inputs, point.target)
+            self._build(j, point.inputs, point.target, point.context)
 
-    def _checkpoint(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    def _checkpoint(self, j: int, x: torch.Tensor, target: torch.Tensor | None, context: dict) -> torch.Tensor:
         """F of a recomputed microbatch: no autograd graph; keeps the input, counted as its bytes."""
         found: dict[int, torch.UntypedStorage] = {}
         self.ledger.claim(x, found)
         rng = self.device.rng_state()
         with torch.no_grad():
-            out = self.module(x)
+            out = self.module(x, **context)
             if self.is_last:
                 self.losses[j] = self.loss_fn(out, target).detach()
         nbytes = self.ledger.register((self.index, j), found)
         self.keep_of[j] = nbytes
-        self.checkpoints[j] = Checkpoint(x.detach(), target, rng, list(found), nbytes)
+        self.checkpoints[j] = Checkpoint(x.detach(), target, rng, list(found), nbytes, context)
         return out
 
-    def _build(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    def _build(self, j: int, x: torch.Tensor, target: torch.Tensor | None, context: dict) -> torch.Tensor:
         """The forward with autograd on, its saved storages counted as microbatch j's activation;
         returns the stage output (the scaled loss on the last stage)."""
         key = (self.index, j)
@@ -219,7 +222,7 @@ class Stage:
             return kept
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = self.module(x if inputs is None else inputs)
+            out = self.module(x if inputs is None else inputs, **context)
             if self.is_last:
                 loss = self.loss_fn(out, target)
                 self.losses[j] = loss.detach()

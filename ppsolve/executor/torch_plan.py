@@ -29,7 +29,8 @@ the loss, the hand-over to a stage on the same rank) and adds:
 The runtime's bookkeeping it reads or writes (private API, torch 2.13):
 ``schedule._stages``, ``fwd_recv_ops``/``bwd_recv_ops``, ``backward_counter``,
 ``_internal_losses``, ``_maybe_compute_loss``, ``_compute_loss``, ``_loss_fn``,
-``_n_microbatches``, ``_assert_unsharded``, ``pipeline_order_with_comms``, and
+``_n_microbatches``, ``_assert_unsharded``, ``pipeline_order_with_comms``,
+``_prepare_schedule_with_comms`` and ``schedules._Action.from_str`` (:func:`load_actions`), and
 ``schedules._wait_batch_p2p``; the stage's ``forward_one_chunk``,
 ``backward_one_chunk``, ``backward_weight_one_chunk``, ``set_local_fwd_input``,
 ``set_local_bwd_input``, ``get_local_bwd_output``.
@@ -37,6 +38,8 @@ The runtime's bookkeeping it reads or writes (private API, torch 2.13):
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import weakref
 from dataclasses import dataclass, field
@@ -375,13 +378,21 @@ class PlanRun:
 
 def attach(runtime, plan=None, device=None) -> PlanRun:
     """Register the custom functions on ``runtime`` (a ``_PipelineScheduleRuntime`` that has
-    loaded the compute_comms CSV); ``plan``: the side file (dict or path), None when the plan
-    neither offloads nor recomputes. Returns the :class:`PlanRun`, whose ``peak``,
-    ``executed`` and ``*_bytes`` describe the last step."""
+    loaded the compute_comms CSV, from a file or with :func:`load_actions`); ``plan``: the side
+    file (dict or path), None when the plan neither offloads nor recomputes. Returns the
+    :class:`PlanRun`, whose ``peak``, ``executed`` and ``*_bytes`` describe the last step."""
     run = PlanRun(runtime, load_plan(plan), device)
     for kind in COMPUTE_KINDS:
         runtime.register_custom_function(kind, run.run)
     return run
+
+
+def load_actions(runtime, csv_text: str) -> None:
+    """What ``runtime._load_csv(path, "compute_comms")`` does, from the CSV's text in memory
+    (:func:`ppsolve.export.torch_csv.to_compute_comms_csv`): no file."""
+    rows = csv.reader(io.StringIO(csv_text))
+    runtime._prepare_schedule_with_comms({rank: [_torch._Action.from_str(a) for a in row]
+                                          for rank, row in enumerate(rows)}, format="compute_comms")
 
 
 def _check_fits(runtime, plan: dict | None) -> None:

@@ -1,9 +1,9 @@
-"""The same schedule through PyTorch's own pipeline runtime, from the exported files.
+"""The same schedule through PyTorch's own pipeline runtime, from the exported CSV and side plan.
 
 Each rank wraps its stage modules in ``PipelineStage`` (global stage numbers),
 builds a ``_PipelineScheduleRuntime`` with the model's loss (``scale_grads=True``:
 gradients are averaged over microbatches, as in the reference), loads the
-exported compute_comms CSV (ppsolve's sends and receives), attaches the side
+exported compute_comms CSV's text in memory (ppsolve's sends and receives), attaches the side
 file's offloads and recomputes (:func:`ppsolve.executor.torch_plan.attach`) and
 runs ``steps`` steps. Every step, the actions the rank ran (its compute actions,
 sends, receives and gradient reductions, and the side file's actions, logged as
@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch.distributed.pipelining import PipelineStage
@@ -35,7 +36,7 @@ from ppsolve.executor import models
 from ppsolve.executor.device import CpuDevice, Device
 from ppsolve.executor.runtime import Job, OpRecord, RankResult, parameter_grads
 from ppsolve.executor.tokens import microbatch_lengths
-from ppsolve.executor.torch_plan import COMPUTE_KINDS, attach
+from ppsolve.executor.torch_plan import COMPUTE_KINDS, PlanRun, attach, load_actions
 
 _LOGGED = {"get_fwd_send_ops": "SEND_F", "get_bwd_send_ops": "SEND_B",
            "get_fwd_recv_ops": "RECV_F", "get_bwd_recv_ops": "RECV_B"}
@@ -51,42 +52,64 @@ def run_rank_torch(job: Job, rank: int, device: Device | None = None) -> RankRes
         return RankResult(rank, device=dev.kind)
     built = models.build_stages(spec, S, keep=set(mine), blocks=spec.blocks_of_stages(S, problem.annotations))
     modules = {s: dev.place(m) for s, m in built.items()}
-    stages = [PipelineStage(modules[s], s, S, dev.device) for s in mine]
-    runtime = _PipelineScheduleRuntime(stages, n_microbatches=M, loss_fn=models.loss_fn(spec), scale_grads=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as handle:
-        handle.write(job.csv_text)
-        path = handle.name
-    try:
-        runtime._load_csv(path, format="compute_comms")
-    finally:
-        os.unlink(path)
-    plan = attach(runtime, job.torch_plan, dev)
+    pipe = pipeline(modules, S, M, models.loss_fn(spec), job.csv_text, job.torch_plan, dev, rank)
     if job.fail_at is not None and job.fail_at[0] == rank:
-        _fail_at(runtime, plan, job.fail_at[1])
-    plan.log = log = []
-    for stage in stages:
-        _log_comms(stage, log)
-    expected = expected_log(job.csv_text.splitlines()[rank].split(","), job.torch_plan, rank)
+        _fail_at(pipe.runtime, pipe.plan, job.fail_at[1])
     lengths = microbatch_lengths(problem, spec)  # with tokens: padded to the budget, one shape (api.prepare)
     batches = [models.microbatch(spec, j, lengths) for j in range(M)]
     inputs = dev.place(torch.cat([x for x, _ in batches]))
     targets = dev.place(torch.cat([t for _, t in batches]))
-    result = RankResult(rank, device=dev.kind)
-    has_first, has_last = 0 in mine, S - 1 in mine
     for _ in range(job.steps):
         for module in modules.values():
             module.zero_grad(set_to_none=True)
+        pipe.step(inputs, targets)
+    dev.synchronize()
+    return measured(RankResult(rank, device=dev.kind), pipe.plan, pipe.plan.log,
+                    parameter_grads(modules) if job.check else None)
+
+
+@dataclass
+class Pipeline:
+    """PyTorch's runtime running one schedule on this rank, its custom functions (``plan``, whose
+    ``log`` lists what the rank ran) and the actions the exported CSV and side plan say it runs."""
+
+    runtime: _PipelineScheduleRuntime
+    plan: PlanRun
+    rank: int
+    expected: list[str]
+    has_first: bool
+    has_last: bool
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor, **kwargs) -> None:
+        """One step: ``inputs`` and ``targets`` are every microbatch's, concatenated along dim 0 (read by
+        the first and last stages); ``kwargs`` go to every stage's module, split the same way. The actions
+        the rank ran must be the expected ones, or it raises."""
+        log = self.plan.log
         log.clear()
         losses: list = []
-        with runtime_log(rank):
-            runtime.step(*((inputs,) if has_first else ()),
-                         **({"target": targets, "losses": losses} if has_last else {}))
-        if log != expected:
+        with runtime_log(self.rank):
+            self.runtime.step(*((inputs,) if self.has_first else ()),
+                              **({"target": targets, "losses": losses} if self.has_last else {}), **kwargs)
+        if log != self.expected:
+            expected = self.expected
             at = next((i for i, (a, b) in enumerate(zip(log, expected)) if a != b), min(len(log), len(expected)))
-            raise RuntimeError(f"rank {rank} ran {log[at] if at < len(log) else 'nothing'} at action {at}, the "
+            raise RuntimeError(f"rank {self.rank} ran {log[at] if at < len(log) else 'nothing'} at action {at}, the "
                                f"exported files say {expected[at] if at < len(expected) else 'nothing'}")
-    dev.synchronize()
-    return measured(result, plan, log, parameter_grads(modules) if job.check else None)
+
+
+def pipeline(modules: dict, num_stages: int, microbatches: int, loss_fn, csv_text: str, side: dict | None,
+             dev: Device, rank: int) -> Pipeline:
+    """PyTorch's runtime for this rank's stage ``modules`` (stage -> module, global stage numbers), with
+    the exported compute_comms CSV's text and side plan (offload, recompute) handed over in memory."""
+    stages = [PipelineStage(modules[s], s, num_stages, dev.device) for s in sorted(modules)]
+    runtime = _PipelineScheduleRuntime(stages, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=True)
+    load_actions(runtime, csv_text)
+    plan = attach(runtime, side, dev)
+    plan.log = []
+    for stage in stages:
+        _log_comms(stage, plan.log)
+    expected = expected_log(csv_text.splitlines()[rank].split(","), side, rank)
+    return Pipeline(runtime, plan, rank, expected, 0 in modules, num_stages - 1 in modules)
 
 
 def measured(result: RankResult, plan, executed: list[str], grads: dict | None) -> RankResult:

@@ -49,4 +49,4 @@ def get_exporter(name: str) -> Exporter:
     try:
         return EXPORTERS[name.lower()]
     except KeyError:
-        raise InputError("--to", f"unknown format {name!r}; known: {', '.join(EXPORTERS)}") from None
+        raise InputError("exporter", f"unknown format {name!r}; known: {', '.join(EXPORTERS)}") from None

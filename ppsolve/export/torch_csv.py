@@ -58,7 +58,7 @@ def write(schedule: Schedule, path: str | Path, format: str = "compute_comms") -
     """Write the CSV (``ppsolve export --to torch``) and, for a plan with offload or recompute,
     its side file; return the paths written."""
     if format not in FORMATS:
-        raise InputError("--format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
+        raise InputError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
     text = to_torch_csv(schedule) if format == "compute_only" else to_compute_comms_csv(schedule)
     plan = side_plan(schedule)
     written = [Path(path)]

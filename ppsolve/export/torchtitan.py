@@ -187,7 +187,7 @@ def export_torchtitan(schedule: Schedule, directory: str | Path) -> TorchtitanEx
     if not out.parent.is_dir():
         raise InputError(str(directory), f"cannot write: directory {out.parent} does not exist")
     if out.exists() and not out.is_dir():
-        raise InputError(str(directory), "must be a directory (export --to torchtitan writes several files)")
+        raise InputError(str(directory), "must be a directory (the torchtitan export writes several files)")
     out.mkdir(exist_ok=True)
     csv, plan = out / CSV, out / PLAN
     settings = Settings(name, problem.devices, problem.microbatches, str(csv.resolve()), parts, problem.chunks)

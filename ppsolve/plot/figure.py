@@ -19,19 +19,6 @@ def image_format(path: str | Path, where: str = "output") -> str:
     return suffix
 
 
-def parse_size(text: str | None, where: str = "--size") -> tuple[float, float] | None:
-    """'WxH' in inches (e.g. '12x8') to a (width, height) pair; None stays None."""
-    if text is None:
-        return None
-    try:
-        width, height = (float(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise InputError(where, f"must be WIDTHxHEIGHT in inches, e.g. 12x8, got {text!r}") from None
-    if not (0.5 <= width <= 200 and 0.5 <= height <= 200):
-        raise InputError(where, f"each side must be between 0.5 and 200 inches, got {text!r}")
-    return width, height
-
-
 def new_figure(width: float, height: float, layout: str | None = None):
     """A matplotlib Figure of the given size in inches, detached from pyplot's global state.
     ``layout="constrained"`` lets matplotlib place the axes; else the caller does."""

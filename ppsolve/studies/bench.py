@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity
-from ppsolve.errors import InputError, NotApplicableError
+from ppsolve.errors import InputError
 from ppsolve.jsonio import write_text_atomic
-from ppsolve.methods import ERROR, INFEASIBLE, SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
+from ppsolve.methods import ERROR, INFEASIBLE, SKIPPED, Method, RunOptions, run_and_check
 from ppsolve.problem import Problem, load_problem
 from ppsolve.tolerance import EPS
 
@@ -106,25 +106,6 @@ def _other_ppsolve_file(path: Path) -> bool:
     except (OSError, UnicodeDecodeError):
         return False
     return '"ppsolve/' in head and '"ppsolve/problem@' not in head
-
-
-def select_methods(spec: str) -> list[Method]:
-    """'all', or comma-separated method names (unknown names are an error listing known ones)."""
-    if spec.strip().lower() == "all":
-        methods = all_methods()
-        if not methods:
-            raise NotApplicableError("no methods are registered (install the baselines or solvers)")
-        return methods
-    names = [name.strip() for name in spec.split(",") if name.strip()]
-    if not names:
-        raise InputError("--methods", "give 'all' or method names separated by commas")
-    methods = []
-    for name in names:
-        try:
-            methods.append(get_method(name))
-        except NotApplicableError as exc:
-            raise InputError("--methods", str(exc)) from None
-    return methods
 
 
 def run_one(problem: Problem, method: Method, options: RunOptions) -> tuple[BenchRow, object | None]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ppsolve.bounds import min_capacity
-from ppsolve.errors import InputError, NotApplicableError, PpsolveError, positive_number
+from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.jsonio import write_text_atomic
 from ppsolve.levers import available_levers, without_levers
 from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
@@ -101,20 +101,6 @@ def get_solver(name: str = DEFAULT_SOLVER) -> Method:
         raise NotApplicableError(f"the frontier needs the solver method {name!r}, which is not registered "
                                  f"(registered methods: {known}); install ppsolve with its solvers") from None
     return method
-
-
-def parse_capacities(text: str) -> list[float | None] | None:
-    """'auto' -> None; '4,6,8,inf' -> [4.0, 6.0, 8.0, None] ('inf'/'none'/'unbounded' = unbounded)."""
-    if text.strip().lower() == "auto":
-        return None
-    out: list[float | None] = []
-    for part in text.split(","):
-        part = part.strip().lower()
-        if part in ("inf", "none", "unbounded"):
-            out.append(None)
-            continue
-        out.append(positive_number(part, "--capacities", "'auto' or numbers separated by commas"))
-    return _sorted_caps(out)
 
 
 def _sorted_caps(caps: Sequence[float | None]) -> list[float | None]:
@@ -197,7 +183,8 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
                      time_limit: float | None = 10.0, points: int = DEFAULT_POINTS, solver_name: str = DEFAULT_SOLVER,
                      compare: bool = True, baselines: bool = True, threads: int | None = None,
                      on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
-    """Sweep the solver over capacities (auto: least feasible .. unbounded peak of the best schedule);
+    """Sweep the solver over ``capacities`` (GiB, None in it: unbounded; None: auto, from the least feasible
+    to the unbounded peak of the best schedule);
     with ``compare``, also on the problem with fewer levers (:func:`lever_variants`), each from its
     own least feasible capacity. Those run first, and at each capacity their answers are schedules
     the solve with every lever starts from: with more levers a point is never longer than with fewer
@@ -216,11 +203,11 @@ def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None
         if unbounded.makespan is None:
             raise PpsolveError(f"the solver found no schedule without a memory cap: {unbounded.note}")
         capacities = auto_capacities(low, max(unbounded.peak_memory, low), points)
-    below = [c for c in capacities if c is not None and c < low - EPS]
+    below = [c for c in capacities if c is not None and not c >= low - EPS]
     if below:
         levers = curve_name(problem)
-        raise InputError("--capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
-                                         f"({low:g}{'' if levers == 'no-lever' else ' with ' + levers})")
+        raise InputError("capacities", f"{below[0]:g} is below the least capacity that admits a schedule "
+                                       f"({low:g}{'' if levers == 'no-lever' else ' with ' + levers})")
     known = {None: unbounded} if unbounded is not None else None
     starts: dict[float | None, list[Schedule]] = {}
     fewer = []

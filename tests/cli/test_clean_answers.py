@@ -20,7 +20,7 @@ LLAMA = ROOT / "models" / "transformers" / "llama-1b-like.json"
 
 @pytest.mark.parametrize("args, message", [
     (["--gpu", ""], "--gpu: unknown GPU ''"),
-    (["--hardware", ""], "hardware: no file given"),
+    (["--hardware", ""], "--hardware: no file given"),
 ])
 def test_problem_with_an_empty_gpu_or_hardware_is_one_line(tmp_path, capsys, args, message):
     out = tmp_path / "p.json"

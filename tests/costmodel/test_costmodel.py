@@ -154,7 +154,7 @@ def test_problem_has_heavy_head_and_light_embedding_and_records_its_sources():
 
 def test_weights_that_do_not_fit_are_refused():
     big = transformer_from_dict({**CLASSIC, "hidden": 8192, "heads": 64, "layers": 64})
-    with pytest.raises(InputError, match=r"^--capacity: stage 0 \(device 0\): static memory .* does not fit"):
+    with pytest.raises(InputError, match=r"^layout.capacity: stage 0 \(device 0\): static memory .* does not fit"):
         build_problem(big, hardware_from_dict({"gpu": "A100"}), Layout(devices=2, microbatches=2),
                       even_partition(64, 2))
 

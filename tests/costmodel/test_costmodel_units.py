@@ -95,8 +95,8 @@ def test_shrink_keeps_the_layer_types_and_the_gqa_ratio():
     assert (small.hidden, small.layers, small.sequence, small.vocabulary) == (64, 8, 16, 256)
     assert small.heads // small.kv_groups == 8 and small.hidden % small.heads == 0
     assert small.ffn == round(28672 * 64 / 8192) and small.gated_mlp and small.norm == "rmsnorm"
-    for text, field in (("width=3", "--shrink"), ("hidden=0", "--shrink.hidden"), ("hidden=60,heads=7",
-                                                                                     "--shrink.heads")):
+    for text, field in (("width=3", "shrink"), ("hidden=0", "shrink.hidden"), ("hidden=60,heads=7",
+                                                                                 "shrink.heads")):
         with pytest.raises(InputError) as info:
             shrink(load_transformer(LLAMA70B), text)
         assert info.value.field == field
@@ -106,7 +106,7 @@ def test_partition_scaled_to_a_shrunk_depth():
     assert scale_partition(Partition((11, 10, 10, 10, 10, 10, 10, 9)), 8).layers == (1,) * 8
     assert scale_partition(Partition((0, 6, 6, 2)), 7).layers == (0, 3, 3, 1)
     assert sum(scale_partition(Partition((11, 10, 10, 9)), 20).layers) == 20
-    with pytest.raises(InputError, match="--shrink.layers: must be >= 3"):
+    with pytest.raises(InputError, match="^shrink.layers: must be >= 3"):
         scale_partition(Partition((0, 6, 6, 2)), 2)
 
 

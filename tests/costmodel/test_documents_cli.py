@@ -81,7 +81,7 @@ def test_uniform_path_is_untouched_by_the_new_flags(tmp_path):
     ([[100], [100, 9000]], ["--pack", "balance"], "documents[1][1]"),
     ([[100, 0]], [], "documents[0][1]"),
     ({"documents": [100, -4]}, [], "documents.documents[1]"),
-    ([], [], "documents"),
+    ([], [], "--documents"),  # the whole file: named by the flag that gave it
     ([[100], []], [], "documents[1]"),
     ({"documents": [1] * (MAX_DOCUMENTS + 1)}, [], "documents.documents"),
     ([[100]], ["--microbatches", "4"], "--microbatches"),

@@ -29,7 +29,7 @@ def test_sequential_keeps_the_loader_order_and_the_budget():
 def test_a_document_longer_than_the_budget_is_refused_unless_split():
     with pytest.raises(InputError) as err:
         pack_sequential([3, 9], 8)
-    assert err.value.field == "documents[1]" and "--split-documents" in err.value.message
+    assert err.value.field == "documents[1]" and "`split_documents`" in err.value.message
     with pytest.raises(InputError):
         pack_balance([3, 9], 8, ONE_DEVICE, 2)
     packed = pack_balance([3, 9], 8, ONE_DEVICE, 2, split=True)

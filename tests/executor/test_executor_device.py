@@ -36,7 +36,7 @@ def test_select_device(requested, ranks, available, gpus, expected):
 def test_select_device_refusals(requested, available, gpus, message):
     with pytest.raises(InputError, match=message) as info:
         select_device(requested, 2, available, gpus)
-    assert info.value.field == "--device"
+    assert info.value.field == "device"
 
 
 def test_local_ranks_follow_torchrun(monkeypatch):

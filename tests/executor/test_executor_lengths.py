@@ -97,7 +97,7 @@ def test_bad_token_annotations_are_refused_naming_the_field(tmp_path, capsys):
         lengths_of({"x-token-budget": 8}, 4, 8)
     with pytest.raises(InputError, match="needs a transformer model"):
         lengths_of({"x-microbatch-tokens": TOKENS}, 4, None)
-    with pytest.raises(InputError, match="x-token-budget: is needed by --runtime torch"):
+    with pytest.raises(InputError, match="x-token-budget: is needed by `runtime` torch"):
         prepare(_permuted_1f1b(_annotated(problem(2, 4))), GPT, None, "torch")
     path = tmp_path / "s.json"
     _permuted_1f1b(_annotated(problem(2, 4))).save(path)

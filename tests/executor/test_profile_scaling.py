@@ -33,12 +33,18 @@ def test_deviation_is_measured_over_predicted_ratio():
 
 
 @pytest.mark.parametrize("text", ["64", "64,32", "64,128,256,512", "64,x", "0,64", "64,64"])
-def test_bad_lengths_name_the_flag(text):
-    from ppsolve.executor.scaling import parse_lengths
+def test_bad_lengths_name_the_field_and_on_the_command_line_the_flag(text, tmp_path, capsys):
+    from ppsolve.cli import main
+    from ppsolve.executor.scaling import check_lengths
 
-    with pytest.raises(InputError) as err:
-        parse_lengths(text)
-    assert err.value.field == "--lengths"
+    if text.replace(",", "").isdigit():
+        with pytest.raises(InputError) as err:
+            check_lengths(int(n) for n in text.split(","))
+        assert err.value.field == "lengths"
+    assert main(["profile", "--model", str(GPT), "--devices", "2", "--microbatches", "2", "--lengths", text,
+                 "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "error: --lengths: must be" in err[0]
 
 
 def test_profile_reports_and_records_the_scaling(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The training loop of docs/executor.md, run as written on 2 CPU ranks (gloo) with a plan that
+"""The training loop of docs/pytorch-runtime.md, run as written on 2 CPU ranks (gloo) with a plan that
 offloads and recomputes: its losses over three SGD steps equal one process training the same model."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ TIMEOUT_S = 180.0  # two ranks importing torch on a loaded 2-core machine
 
 
 def _example() -> str:
-    text = (ROOT / "docs" / "executor.md").read_text()
+    text = (ROOT / "docs" / "pytorch-runtime.md").read_text()
     blocks = re.findall(r"```python\n(# train\.py.*?)```", text, re.S)
     assert len(blocks) == 1
     return blocks[0]

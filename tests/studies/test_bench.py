@@ -11,7 +11,8 @@ import pytest
 
 from tests.plot.helpers import ONE_F_ONE_B, SERIAL, register_for_test, tiny_problem  # noqa: E402
 
-from ppsolve.studies.bench import SKIPPED, collect_problems, markdown_table, read_csv, run_bench, select_methods
+from ppsolve.commands.bench import select_methods
+from ppsolve.studies.bench import SKIPPED, collect_problems, markdown_table, read_csv, run_bench
 from ppsolve.cli import main
 from ppsolve.methods import Method, RunOptions
 from ppsolve.schedule import make_schedule

@@ -13,7 +13,8 @@ from ppsolve import methods as registry
 from ppsolve.bounds import min_capacity
 from ppsolve.cli import main
 from ppsolve.errors import NotApplicableError
-from ppsolve.studies.frontier import (auto_capacities, compute_frontier, curve_name, lever_variants, parse_capacities,
+from ppsolve.commands.frontier import parse_capacities
+from ppsolve.studies.frontier import (auto_capacities, compute_frontier, curve_name, lever_variants,
                               read_frontier_points)
 from ppsolve.methods import Method
 from ppsolve.schedule import make_schedule
@@ -27,7 +28,7 @@ def test_auto_capacities_span_least_feasible_to_unbounded():
 
 def test_parse_capacities():
     assert parse_capacities("auto") is None
-    assert parse_capacities("8, 2,inf,4") == [2.0, 4.0, 8.0, None]
+    assert parse_capacities("8, 2,INF,4") == [8.0, 2.0, None, 4.0]  # compute_frontier sorts them
 
 
 def test_frontier_is_monotone_on_a_tiny_problem(monkeypatch):
