@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ppsolve.solvers.api import SolveResult
     from ppsolve.solvers.settings import Settings
 
-def solve(problem: Problem, *, time_limit: float | None = None, solver: str = "cpsat",
+def solve(problem: Problem, *, time_limit: float | None = None, solver: str | None = None,
           threads: int | None = None, seed: int = 0, objective: str = "makespan",
           makespan_limit: float | str | None = None, warm_start: str | Schedule = "auto",
           ignore_capacity: bool = False, progress: TextIO | None = None,
@@ -32,7 +32,7 @@ def solve(problem: Problem, *, time_limit: float | None = None, solver: str = "c
     """The fastest schedule of ``problem`` found within ``time_limit`` seconds (None: the command's default,
     60 s), checked by the checker.
 
-    ``solver``: ``cpsat`` or ``milp``. ``threads``: the search's workers (None: every core; 1 with a given
+    ``solver``: ``cpsat`` or ``milp`` (None: ``ppsolve.solvers.DEFAULT_SOLVER``, cpsat). ``threads``: the search's workers (None: every core; 1 with a given
     ``seed`` is deterministic). ``objective``: ``makespan`` (then the least recompute and offload at that
     makespan) or ``memory`` (the least peak with the makespan at most ``makespan_limit``: a number, or
     ``"1.02x"`` of the best found). ``warm_start``: ``auto`` (the best applicable baseline), ``none``, a
@@ -49,7 +49,7 @@ def solve(problem: Problem, *, time_limit: float | None = None, solver: str = "c
                         ignore_capacity=ignore_capacity, progress=progress, settings=settings).schedule
 
 
-def solve_result(problem: Problem, *, time_limit: float | None = None, solver: str = "cpsat",
+def solve_result(problem: Problem, *, time_limit: float | None = None, solver: str | None = None,
                  threads: int | None = None, seed: int = 0, objective: str = "makespan",
                  makespan_limit: float | str | None = None, warm_start: str | Schedule = "auto",
                  ignore_capacity: bool = False, progress: TextIO | None = None,
@@ -60,12 +60,12 @@ def solve_result(problem: Problem, *, time_limit: float | None = None, solver: s
     seconds of it kept for the caller's own work after the solve (the command's comparison)."""
     from ppsolve.solvers import SolveOptions
     from ppsolve.solvers import solve as run_solve
-    from ppsolve.solvers.api import DEFAULT_TIME_LIMIT
+    from ppsolve.solvers.api import DEFAULT_SOLVER, DEFAULT_TIME_LIMIT
     from ppsolve.solvers.settings import Settings
 
     given = warm_start if isinstance(warm_start, Schedule) else None
     options = SolveOptions(
-        solver=solver, time_limit=DEFAULT_TIME_LIMIT if time_limit is None else time_limit, threads=threads,
+        solver=DEFAULT_SOLVER if solver is None else solver, time_limit=DEFAULT_TIME_LIMIT if time_limit is None else time_limit, threads=threads,
         seed=seed, objective=objective, makespan_limit=makespan_limit,
         warm_start="schedule" if given is not None else warm_start,
         warm_schedule=given, quiet=progress is None, ignore_capacity=ignore_capacity, stream=progress,

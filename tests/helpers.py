@@ -6,12 +6,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ppsolve.baselines import plans
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
+from ppsolve.solvers.warm_start import plans
 
 # the repository's root (instances/, models/, benchmarks/ are read from it)
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def make_problem(**overrides: Any) -> Problem:
 def serial_orders(problem: Problem, offload: bool = False) -> list[list[Op]]:
     """Microbatches one after another: F through all stages, then B (and W) back; with ``offload``
     every (stage, microbatch) that may offload is offloaded after its F and reloaded before its B
-    (the warm start's serial plan, ``ppsolve.baselines.plans.serial_orders``)."""
+    (the warm start's serial plan, ``ppsolve.solvers.warm_start.plans.serial_orders``)."""
     return plans.serial_orders(problem, offload)
 
 

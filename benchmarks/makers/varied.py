@@ -22,7 +22,7 @@ import math
 import random
 
 from benchmarks import harness
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate

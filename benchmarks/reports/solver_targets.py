@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 from benchmarks import harness
-from ppsolve.baselines.plans import limited_1f1b_orders
 from ppsolve.problem import load_problem, problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.warm_start.plans import limited_1f1b_orders
 
 
 def uniform(d, m, placement="linear", cap=None, offload=None):

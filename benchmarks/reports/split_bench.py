@@ -21,7 +21,7 @@ from benchmarks.harness import ROOT
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.jsonio import read_json
 from ppsolve.problem import load_problem
-from ppsolve.solvers.split_bound import split_bound
+from ppsolve.solvers.cpsat.split_bound import split_bound
 
 
 def _gap(makespan: float, bound: float) -> float:
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         "## The split bound on the scale problems",
         "",
         f"`{harness.command(__spec__, '--seconds', f'{args.seconds:g}')}`: for each problem of the "
-        "scale run above without offload, `ppsolve bound --split` (`ppsolve/solvers/split_bound.py`; "
+        "scale run above without offload, `ppsolve bound --split` (`ppsolve/solvers/cpsat/split_bound.py`; "
         "docs/solver.md, \"The lower bound\"): makespan >= A(n) + LB(m - n + 1), where A(n) is the least start "
         "of the last F(0) with n microbatches (proven by CP-SAT on the smaller problem) and LB(k) the best of "
         "OPT(k) (proven by CP-SAT), the analytic bound and, recursively, A(n') + LB(k - n' + 1), for up to "

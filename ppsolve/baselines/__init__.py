@@ -1,16 +1,16 @@
 """Every published pipeline schedule as a baseline, listed in ``METHODS`` for :mod:`ppsolve.methods`.
 
-One module per family; this package lists each method (family "baseline")
-with its requirements, so the CLI, the benchmark and the tests all read one
-list. Every method here is a published schedule except ``greedy`` (ours). Each one also runs
+One module per family (``families/``), built on the timing engines of ``engines/``; this
+package lists each method (family "baseline") with its requirements, so the CLI, the benchmark
+and the tests all read one list. Every method here is a published schedule except ``greedy`` (ours). Each one also runs
 in another microbatch order as ``NAME@ORDER`` (:mod:`ppsolve.baselines.microbatch_order`),
 made on demand by :func:`get_baseline`, not listed.
 """
 
 from __future__ import annotations
 
-from ppsolve.baselines import greedy, interleaved, offload, onef1b, recompute, vshape, zero_bubble
 from ppsolve.baselines.common import Requirement
+from ppsolve.baselines.families import greedy, interleaved, offload, onef1b, recompute, vshape, zero_bubble
 from ppsolve.baselines.microbatch_order import ORDERS, ordered_method, split_name
 from ppsolve.errors import NotApplicableError
 from ppsolve.gcpause import without_gc

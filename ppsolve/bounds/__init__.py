@@ -3,7 +3,7 @@
 ``analytic`` combines the per-device bounds into :func:`makespan_lower_bound` and :func:`min_capacity`;
 ``sequence``, ``admission``, ``idle``, ``held`` and ``recompute`` each hold one argument it uses.
 The split bound, which proves smaller problems with CP-SAT, lives with the solver
-(``ppsolve.solvers.split_bound``) so that this package never imports the solvers.
+(``ppsolve.solvers.cpsat.split_bound``) so that this package never imports the solvers.
 """
 
 from ppsolve.bounds.analytic import (MakespanBound, capacity_shortfalls, critical_path, heads_and_tails,

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     bound = makespan_lower_bound(problem)
     split = None
     if args.split is not None:
-        from ppsolve.solvers.split_bound import split_bound  # CP-SAT: imported only when asked for
+        from ppsolve.solvers.cpsat.split_bound import split_bound  # CP-SAT: imported only when asked for
 
         split = split_bound(problem, args.split, args.threads, report=_progress(time.monotonic()))
     raised = split is not None and split.best is not None and split.best.value > bound.value * (1 + EPS)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ppsolve.solvers import DEFAULT_SOLVER
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -22,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--points", type=int, default=7, help="capacities for 'auto' besides unbounded (default 7)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver seconds per capacity (default 10)")
     parser.add_argument("--threads", type=int, default=None, help="solver threads")
-    parser.add_argument("--solver", default="cpsat", help="solver method (default cpsat)")
+    parser.add_argument("--solver", default=DEFAULT_SOLVER, help=f"solver method (default {DEFAULT_SOLVER})")
     parser.add_argument("--no-compare", action="store_true",
                         help="only the problem's own curve: skip the curves with fewer memory levers (offload "
                              "only, recompute only, no lever)")

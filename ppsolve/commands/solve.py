@@ -14,7 +14,7 @@ from ppsolve.jsonio import read_json, require_directory
 from ppsolve.planning import solve_result
 from ppsolve.problem import load_problem
 from ppsolve.schedule import schedule_from_dict
-from ppsolve.solvers.api import DEFAULT_TIME_LIMIT
+from ppsolve.solvers.api import DEFAULT_SOLVER, DEFAULT_TIME_LIMIT
 from ppsolve.solvers.backends import BACKENDS
 from ppsolve.units import warn as warn_implausible
 
@@ -31,8 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "work); 4: no schedule found within the time limit. Ctrl-C writes the best schedule so far.")
     parser.add_argument("problem", help="problem file (ppsolve/problem@1)")
     parser.add_argument("-o", "--output", required=True, help="schedule file to write (ppsolve/schedule@1)")
-    parser.add_argument("--solver", choices=tuple(BACKENDS), default="cpsat",
-                        help="the model: cpsat (OR-Tools CP-SAT, default) or milp (PuLP + HiGHS)")
+    parser.add_argument("--solver", choices=tuple(BACKENDS), default=DEFAULT_SOLVER,
+                        help="the model: " + " or ".join(
+                            f"{name} ({record.model}{', default' if name == DEFAULT_SOLVER else ''})"
+                            for name, record in BACKENDS.items()))
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
                         help=f"seconds for the whole run, warm start included (default {DEFAULT_TIME_LIMIT:g})")
     parser.add_argument("--threads", type=int, default=None, metavar="N",

@@ -113,7 +113,7 @@ def problem_for_batch(model: Transformer, hardware: Hardware, layout: Layout,
 def step_1f1b(problem: Problem) -> float | str:
     """The planned step time of 1F1B on ``problem``: its orders timed by the simulator (memory not capped),
     or why there is none."""
-    from ppsolve.baselines.onef1b import onef1b_orders
+    from ppsolve.baselines.families.onef1b import onef1b_orders
     from ppsolve.methods import get_method
     from ppsolve.simulator import simulate
 

@@ -21,8 +21,7 @@ from ppsolve.errors import PpsolveError
 from ppsolve.methods import RunOptions, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
-
-SOLVER = "cpsat"
+from ppsolve.solvers import DEFAULT_SOLVER
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def search_partition(make: Callable[[Partition], Problem], start: Partition, *, 
     options = RunOptions(time_limit=time_limit, threads=threads, seed=seed)
     trials = []
     for candidate in ranked[:max(1, top)]:
-        outcome = run_and_check(get_method(SOLVER), candidate.problem, options, checked=False)  # solve checks
+        outcome = run_and_check(get_method(DEFAULT_SOLVER), candidate.problem, options, checked=False)  # solve checks
         trials.append(Trial(candidate, outcome.schedule, None if outcome.schedule is not None else outcome.note))
     best = min(trials, key=lambda t: (t.makespan, t.candidate.score))
     if best.schedule is None:

@@ -2,10 +2,12 @@
 for the method registry (:mod:`ppsolve.methods`), so ``bench`` and ``frontier`` compare them.
 
 Layout: ``api`` (options, Status, phases, the backend contract, what a backend is asked and
-answers), ``backends`` (the backends by name), ``phases`` (``solve``, the one entry point, and its phases), ``budget`` (the
-time limit), ``warm_start``, ``scaling`` (all integer scaling), ``progress``, ``lns`` and
-``window`` (large-neighbourhood search), ``quick`` (time limits too short for a model); one folder per backend (``cpsat``, ``milp``), imported
-only when chosen.
+answers), ``backends`` (the backends by name), ``phases`` (``solve``, the one entry point, and its
+phases), ``budget`` (the time limit), ``scaling`` (all integer scaling), ``settings``,
+``progress``, ``shed``, ``symmetry``, ``quick`` (time limits too short for a model);
+``warm_start/`` (the schedule a backend starts from, and its own ``plans``); ``search/``
+(large-neighbourhood search); one folder per backend (``cpsat``, ``milp``), imported only when
+chosen.
 """
 
 from __future__ import annotations
@@ -13,16 +15,11 @@ from __future__ import annotations
 from ppsolve.method_types import Method, RunOptions
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
-from ppsolve.solvers.api import DEFAULT_TIME_LIMIT, NoSolutionError, SolveOptions, SolveResult, Status
+from ppsolve.solvers.api import DEFAULT_SOLVER, DEFAULT_TIME_LIMIT, NoSolutionError, SolveOptions, SolveResult, Status
 from ppsolve.solvers.backends import BACKENDS, load_backend
 from ppsolve.solvers.phases import solve
 
-__all__ = ["BACKENDS", "NoSolutionError", "SolveOptions", "SolveResult", "Status", "solve"]
-
-DESCRIPTIONS = {
-    "cpsat": "OR-Tools CP-SAT model: optimal order, timing and selective offload; proves a lower bound",
-    "milp": "MILP (PuLP + HiGHS, CBC fallback): disjunctive order variables, selective offload; proves a lower bound",
-}
+__all__ = ["BACKENDS", "DEFAULT_SOLVER", "NoSolutionError", "SolveOptions", "SolveResult", "Status", "solve"]
 
 
 def _why_not(name: str):
@@ -49,7 +46,7 @@ def _build(name: str):
 
 
 METHODS: tuple[Method, ...] = tuple(
-    Method(name=name, family="solver", description=DESCRIPTIONS[name],
+    Method(name=name, family="solver", description=record.description,
            requirements="any problem (placement, backward mode, capacity, offload links)",
            why_not=_why_not(name), build=_build(name))
-    for name in BACKENDS)
+    for name, record in BACKENDS.items())

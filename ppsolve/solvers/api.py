@@ -28,10 +28,11 @@ from ppsolve.solvers.settings import Settings
 if TYPE_CHECKING:
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.progress import Progress
-    from ppsolve.solvers.window import Window
+    from ppsolve.solvers.search.window import Window
 
 OBJECTIVES = ("makespan", "memory")
 DEFAULT_TIME_LIMIT = 60.0  # seconds for a whole solve when none is given
+DEFAULT_SOLVER = "cpsat"  # the backend a solve uses when none is named (ppsolve.solvers.backends)
 
 
 class NoSolutionError(PpsolveError):
@@ -83,7 +84,7 @@ class SolveOptions:
     ``symmetry``, ``offload``, ``recompute`` and ``settings`` exist for experiments and tests.
     """
 
-    solver: str = "cpsat"
+    solver: str = DEFAULT_SOLVER
     time_limit: float = DEFAULT_TIME_LIMIT
     threads: int | None = None
     seed: int = 0
@@ -143,7 +144,7 @@ class PhaseTask:
     makespan_cap: int | None = None
     hint: Schedule | None = None
     lower_bound: int = 0  # the foundation's makespan bound in model units (0 when the scaling is inexact)
-    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.window)
+    window: "Window | None" = None  # a neighbourhood of an incumbent to re-solve (ppsolve.solvers.search.window)
     whole_shares: bool = False  # an offload moves its stage's whole share (a quick first step of OVERHEAD)
 
 
@@ -237,12 +238,8 @@ def wait_for(work: Callable[[], Any], give_up: Callable[[], bool]) -> tuple[Any,
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a solver backend module provides (``ppsolve.solvers.cpsat.backend`` is one)."""
-
-    NAME: str
-    CONTINUOUS_AMOUNTS: bool  # an offload may move any amount (else multiples of the scaling's grid)
-    WHOLE_SHARES: bool  # PhaseTask.whole_shares is honoured (a quick first step of the OVERHEAD phase)
-    WINDOWS: bool  # run_phase also solves a window of an incumbent (PhaseTask.window): the LNS
+    """What a solver backend module provides (``ppsolve.solvers.cpsat.backend`` is one); its name and
+    capabilities are its record in :mod:`ppsolve.solvers.backends`."""
 
     def why_not(self) -> str | None:
         """None when the backend can run here, else why not (a missing package, ...)."""

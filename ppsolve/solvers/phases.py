@@ -11,10 +11,10 @@ proven bound and the gap.
 
 Phases of the ``makespan`` objective: MAKESPAN (minimise C; on problems too
 large for the whole model, or after it on mid-sized ones, by large-neighbourhood
-search: ``ppsolve.solvers.lns``), then OVERHEAD (at that makespan, the least
+search: ``ppsolve.solvers.search.lns``), then OVERHEAD (at that makespan, the least
 recompute time, then the least offloaded amount; only when the best schedule
 recomputes or offloads: on the whole model, or where the search ran on windows,
-on windows of one device: ``ppsolve.solvers.overhead_windows``), then a quick
+on windows of one device: ``ppsolve.solvers.search.overhead``), then a quick
 pass that drops each recompute and offload the makespan does not need
 (``ppsolve.solvers.shed``). The ``memory`` objective runs MAKESPAN first when it
 needs the best makespan (a ``<factor>x`` limit), then MEMORY (least largest
@@ -23,7 +23,7 @@ peak, then least sum of peaks, with C at most the limit).
 Claims: a backend whose offloaded amounts lie on a grid (CP-SAT: whole model
 memory units) proves its optimum on that grid only, while the contract lets an
 amount be any real in (0, share]; on a problem that can offload its proof is
-then no proof (``CONTINUOUS_AMOUNTS`` of the backend says otherwise), and only
+then no proof (``continuous_amounts`` of the backend's record says otherwise), and only
 the foundation's bound is reported.
 """
 
@@ -41,13 +41,13 @@ from ppsolve.schedule import MethodInfo, Schedule, ScheduledOp, make_schedule
 from ppsolve.simulator import retime
 from ppsolve.solvers.api import (OBJECTIVES, Backend, NoSolutionError, Phase, PhaseAnswer, PhaseTask,
                                  SolveOptions, SolveResult, Status, wait_for)
-from ppsolve.solvers.backends import BACKENDS, load_backend
+from ppsolve.solvers.backends import BACKENDS, backend_record, load_backend
 from ppsolve.solvers.budget import Budget, Limit, TimeUp
-from ppsolve.solvers.lns import LnsResult, as_runtime_runs, improve
 from ppsolve.solvers.progress import Progress
-from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
-from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.quick import model_pays_off, quick_solve
+from ppsolve.solvers.scaling import Scaling, build_scaling, trivial_horizon
+from ppsolve.solvers.search.lns import LnsResult, as_runtime_runs, improve
+from ppsolve.solvers.search.overhead import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
 from ppsolve.tolerance import EPS, MODEL_EPS, slack
@@ -80,7 +80,7 @@ def realise(problem: Problem, ops: list[ScheduledOp], name: str) -> Schedule | N
     return best
 
 
-class _Run:
+class Run:
     """The state of one solve: problem, options, budget, backend, progress, notes."""
 
     def __init__(self, problem: Problem, options: SolveOptions, budget: Budget, backend: Backend):
@@ -88,6 +88,7 @@ class _Run:
         self.options = options
         self.budget = budget
         self.backend = backend
+        self.record = backend_record(options.solver)  # the backend's capabilities
         self.scaling: Scaling = build_scaling(problem)
         self.progress = Progress(budget, options.solver, options.quiet, options.stream)
         self.notes: list[str] = []
@@ -95,13 +96,13 @@ class _Run:
         self.use_offload = options.offload and problem.can_offload
         self.use_recompute = options.recompute and problem.can_recompute
         # the backend's proof holds for the contract's continuous offloaded amounts
-        self.amounts_exact = not self.use_offload or backend.CONTINUOUS_AMOUNTS
+        self.amounts_exact = not self.use_offload or self.record.continuous_amounts
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
-        self.windows = backend.WINDOWS  # the backend solves windows (LNS)
+        self.windows = self.record.windows  # the backend solves windows (LNS)
         self.knobs = options.settings.phases
         self.whole_model = not self.windows or self.ops <= self.knobs.whole_model_ops
         self.lns: LnsResult | None = None  # what the large-neighbourhood search did, if it ran
@@ -201,7 +202,7 @@ def _makespan_cap(options: SolveOptions, best_known: float | None) -> float | No
     return value * best_known
 
 
-def _warm_start(run: _Run) -> Schedule | None:
+def _warm_start(run: Run) -> Schedule | None:
     options, budget, problem = run.options, run.budget, run.problem
     found: list[Schedule] = []
     if options.warm_schedule is not None:  # the user's schedule, checked; nothing else is tried
@@ -250,7 +251,7 @@ def _infeasible(problem: Problem) -> InfeasibleError:
                            + (" with offload" if problem.can_offload else ""))
 
 
-def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
+def minimise_makespan(run: Run, warm: Schedule | None, share: float,
                        keep: float) -> tuple[Schedule | None, float, bool]:
     """Phase MAKESPAN: (best schedule, lower bound, proven). Skipped when the warm start already
     reaches the foundation's lower bound (HiGHS' presolve alone took seconds to see that)."""
@@ -278,7 +279,7 @@ def _minimise_makespan(run: _Run, warm: Schedule | None, share: float,
     return best, lower, proven
 
 
-def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
+def _overhead_progress(run: Run, best: Schedule, at: str) -> None:
     """The OVERHEAD phase's progress line: the recompute time (the objective's first part) where the
     problem can recompute, else the offloaded amount, in the user's units."""
     weight = run.scaling.overhead_weight
@@ -290,10 +291,10 @@ def _overhead_progress(run: _Run, best: Schedule, at: str) -> None:
                            incumbent=best.offloaded, at=at, gap=False)
 
 
-def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
+def _least_overhead(run: Run, best: Schedule, share: float) -> Schedule:
     """Phase OVERHEAD: at the makespan of ``best``, the least recompute time, then the least offloaded amount."""
     sc = run.scaling
-    if run.use_offload and run.backend.WHOLE_SHARES:
+    if run.use_offload and run.record.whole_shares:
         # first with whole shares: a much smaller search that finds a good start for any amount
         _overhead_progress(run, best, f"(at makespan {best.makespan:g}, whole shares first)")
         limit = run.budget.search(share)
@@ -316,8 +317,8 @@ def _least_overhead(run: _Run, best: Schedule, share: float) -> Schedule:
     return best
 
 
-def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
-    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.overhead_windows``)."""
+def _overhead_by_windows(run: Run, best: Schedule, share: float) -> Schedule:
+    """Phase OVERHEAD on windows of one device (``ppsolve.solvers.search.overhead``)."""
     sc = run.scaling
     _overhead_progress(run, best, f"(at makespan {best.makespan:g}, windows)")
     lowered, windows, better, stopped = lower_overhead(run.problem, sc, run.options, run.budget, run.progress,
@@ -331,7 +332,7 @@ def _overhead_by_windows(run: _Run, best: Schedule, share: float) -> Schedule:
     return lowered
 
 
-def _shed(run: _Run, best: Schedule) -> Schedule:
+def _shed(run: Run, best: Schedule) -> Schedule:
     """The recomputes and offloads ``best`` can do without at its makespan, dropped (``ppsolve.solvers.shed``)."""
     if run.budget.deterministic:  # a fixed number of tries, not the clock, so that the run is reproducible
         shed = shed_levers(best, max_tries=run.knobs.shed_tries)
@@ -354,7 +355,7 @@ def least_overhead_value(status: Status, schedule: Schedule) -> str:
     return {Status.OPTIMAL: "optimal", Status.FEASIBLE: "feasible"}.get(status, "unknown")
 
 
-def _finish(run: _Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
+def _finish(run: Run, schedule: Schedule, status: Status, lower: float, **extra) -> Schedule:
     o = run.options
     params = {"solver": o.solver, "time_limit": o.time_limit, "threads": o.threads, "seed": o.seed,
               "objective": o.objective, "warm_start": o.warm_start}
@@ -393,7 +394,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     require_feasible_capacity(problem)
     if backend is None:
         return quick_solve(problem, options, budget)
-    run = _Run(problem, options, budget, backend)
+    run = Run(problem, options, budget, backend)
     try:
         warm = _warm_start(run)
         if options.objective == "memory":
@@ -412,8 +413,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.progress.end_phase()
 
 
-def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float) -> Schedule:
-    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.lns``), with
+def large_neighbourhoods(run: Run, start: Schedule, share: float, keep: float) -> Schedule:
+    """Phase MAKESPAN by large-neighbourhood search from ``start`` (``ppsolve.solvers.search.lns``), with
     ``share`` of the time limit and ``keep`` of it kept for later phases; when none follows (``keep``
     0), the reserve shrinks (``Budget.lean_reserve``): every schedule the search keeps is checked."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
@@ -436,7 +437,7 @@ def _large_neighbourhoods(run: _Run, start: Schedule, share: float, keep: float)
     return result.best
 
 
-def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
+def _solve_makespan(run: Run, warm: Schedule | None) -> SolveResult:
     options = run.options
     levers = run.use_offload or run.use_recompute
     knobs = run.knobs
@@ -444,7 +445,7 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
     keep = knobs.share_offload if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
-        best, lower, proven = _large_neighbourhoods(run, warm, share, keep), lb, False
+        best, lower, proven = large_neighbourhoods(run, warm, share, keep), lb, False
     else:
         # with per-microbatch costs at any size: the whole model's search over microbatch orders, with symmetry
         # broken only among identical ones, is weak (the per-microbatch example, 20 s: 487 whole, 398 whole then
@@ -452,16 +453,16 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
         large = run.ops > knobs.lns_after_ops or run.problem.per_microbatch
         lns_after = run.windows and large and share * options.time_limit >= knobs.lns_min_seconds
         whole = share * knobs.whole_share if lns_after else share
-        best, lower, proven = _minimise_makespan(run, warm, whole, keep + share - whole)
+        best, lower, proven = minimise_makespan(run, warm, whole, keep + share - whole)
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
-                best = _large_neighbourhoods(run, start, share - whole, keep)
+                best = large_neighbourhoods(run, start, share - whole, keep)
     if (best is not None and keep and run.windows and not proven and not best.uses_levers
             and not run.interrupted):
         # the time kept for the overhead phase, which a schedule without levers does not need: the search
         # goes on (it ended 45 s early on a 300 s solve of the 8B-like problem without recompute)
-        best = _large_neighbourhoods(run, best, keep, 0.0)
+        best = large_neighbourhoods(run, best, keep, 0.0)
     if best is not None and best.uses_levers and not run.interrupted:
         if run.whole_model and run.lns is None:
             best = _least_overhead(run, best, knobs.share_offload)
@@ -494,14 +495,14 @@ def _solve_makespan(run: _Run, warm: Schedule | None) -> SolveResult:
                        warm, run.model_bound, run.notes, run.abandoned)
 
 
-def _solve_memory(run: _Run, warm: Schedule | None) -> SolveResult:
+def _solve_memory(run: Run, warm: Schedule | None) -> SolveResult:
     """The least largest peak (then the least sum) with the makespan at most the limit."""
     options, sc = run.options, run.scaling
     lb = run.lb
     known = [warm] if warm is not None else []
     needs_best = isinstance(options.makespan_limit, str) and options.makespan_limit.strip().lower().endswith("x")
     if needs_best:
-        best, _, _ = _minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
+        best, _, _ = minimise_makespan(run, warm, run.knobs.share_makespan_before_memory, run.knobs.share_memory)
         known += [best] if best is not None else []
     best_known = min([s.makespan for s in known], default=None)
     cap_time = _makespan_cap(options, best_known)

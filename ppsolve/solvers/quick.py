@@ -36,7 +36,7 @@ from ppsolve.schedule import MethodInfo, Schedule, make_schedule
 from ppsolve.simulator import issue_order, simulate
 from ppsolve.solvers.api import NoSolutionError, SolveOptions, SolveResult, Status, wait_for
 from ppsolve.solvers.budget import Budget
-from ppsolve.solvers.overhead_windows import overhead_key
+from ppsolve.solvers.search.overhead import overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.warm_start import (acceptable, baseline_warm_starts, given_warm_start, own_warm_starts,
                                         shortest)

@@ -57,7 +57,7 @@ class PhaseSettings:
 
 @dataclass(frozen=True)
 class LnsSettings:
-    """The large-neighbourhood search (``ppsolve.solvers.lns``)."""
+    """The large-neighbourhood search (``ppsolve.solvers.search.lns``)."""
 
     start_size: int = 120  # free ops in the first window
     min_size: int = 60

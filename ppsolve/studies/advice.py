@@ -192,7 +192,7 @@ def explain_gap(schedule: Schedule, status: Status, lower_bound: float, problem_
         _more_time(schedule)
     problem = schedule.problem
     if problem_path is not None and any(cap is not None for cap in problem.capacity):
-        from ppsolve.solvers.split_bound import why_not  # CP-SAT's module: only where a gap is open
+        from ppsolve.solvers.cpsat.split_bound import why_not  # CP-SAT's module: only where a gap is open
 
         if why_not(problem) is None:
             text += (f"; a higher bound may come from smaller problems proven by CP-SAT: "

@@ -29,9 +29,9 @@ from ppsolve.levers import available_levers, without_levers
 from ppsolve.methods import SKIPPED, Method, RunOptions, all_methods, get_method, run_and_check
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
+from ppsolve.solvers import DEFAULT_SOLVER
 from ppsolve.tolerance import EPS
 
-SOLVER = "cpsat"
 DEFAULT_POINTS = 7
 # Curve names, in drawing order (the richest last); what each lets the solver use.
 CURVE_LABELS = {"no-lever": "no memory lever", "recompute": "recompute", "offload": "offload",
@@ -92,7 +92,7 @@ def lever_variants(problem: Problem) -> list[Problem]:
     return variants
 
 
-def get_solver(name: str = SOLVER) -> Method:
+def get_solver(name: str = DEFAULT_SOLVER) -> Method:
     """The solver method; a clear refusal when it is not installed."""
     try:
         method = get_method(name)
@@ -180,7 +180,7 @@ def least_capacity(problem: Problem) -> float:
 
 
 def compute_frontier(problem: Problem, capacities: Sequence[float | None] | None = None,
-                     time_limit: float | None = 10.0, points: int = DEFAULT_POINTS, solver_name: str = SOLVER,
+                     time_limit: float | None = 10.0, points: int = DEFAULT_POINTS, solver_name: str = DEFAULT_SOLVER,
                      compare: bool = True, baselines: bool = True, threads: int | None = None,
                      on_point: Callable[[FrontierPoint], None] | None = None) -> Frontier:
     """Sweep the solver over ``capacities`` (GiB, None in it: unbounded; None: auto, from the least feasible

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppsolve.baselines.common import Requirement
-from ppsolve.baselines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
 from ppsolve.bounds import min_capacity
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError, NotApplicableError

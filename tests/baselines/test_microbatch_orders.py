@@ -9,7 +9,7 @@ import pytest
 from ppsolve.baselines import METHODS, get_baseline, microbatch_order
 from ppsolve.baselines.microbatch_order import (ORDERS, critical_costs, in_order, longest_first, search_budget,
                                                 shortest_first)
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.errors import NotApplicableError
 from ppsolve.memory import peak_memory
 from ppsolve.methods import INFEASIBLE, SKIPPED, RunOptions, all_methods, get_method, run_and_check

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ppsolve.baselines.offload import gis_orders, least_group
-from ppsolve.baselines.offload_pass import reference_plan
+from ppsolve.baselines.engines.offload_pass import reference_plan
+from ppsolve.baselines.families.offload import gis_orders, least_group
 from ppsolve.bounds import min_capacity
 from ppsolve.checker import check
 from ppsolve.memory import peak_memory
-from ppsolve.simulator import simulate
 from ppsolve.methods import get_method
 from ppsolve.ops import OpKind
 from ppsolve.problem import load_problem
+from ppsolve.simulator import simulate
 from tests.baselines.problems import make_problem
 from tests.helpers import ROOT
 

@@ -1,11 +1,11 @@
-"""Selective offload (ppsolve.baselines.offload_fit): just enough of each activation to fit the cap."""
+"""Selective offload (ppsolve.baselines.engines.offload_fit): just enough of each activation to fit the cap."""
 
 from __future__ import annotations
 
 import pytest
 
-from ppsolve.baselines.offload_fit import fit_by_offload, selective_offload, selective_offload_plans
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.engines.offload_fit import fit_by_offload, selective_offload, selective_offload_plans
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.ops import OpKind

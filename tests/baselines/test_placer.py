@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from ppsolve.baselines.placer import Placer
-from ppsolve.baselines.plans import serial_orders
+from ppsolve.baselines.engines.placer import Placer
 from ppsolve.ops import OpKind
 from ppsolve.simulator import simulate
+from ppsolve.solvers.warm_start.plans import serial_orders
 from tests.helpers import make_problem, one_f_one_b_orders
 
 

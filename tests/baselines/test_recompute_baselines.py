@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ppsolve.baselines.common import over_capacity, with_recompute
-from ppsolve.baselines.recompute import PREFER, adapipe_stages, fit_by_recompute, interleaved_plain, stage_pairs
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.families.onef1b import onef1b_orders
+from ppsolve.baselines.families.recompute import PREFER, adapipe_stages, fit_by_recompute, interleaved_plain, stage_pairs
 from ppsolve.checker import check
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import peak_memory

@@ -452,7 +452,7 @@ def test_equal_microbatches_written_per_microbatch_give_the_per_stage_figures():
 
 
 def test_the_split_bound_of_a_per_microbatch_problem_stays_under_its_exact_optimum():
-    from ppsolve.solvers.split_bound import split_bound
+    from ppsolve.solvers.cpsat.split_bound import split_bound
 
     rng = random.Random(6)
     tried = 0

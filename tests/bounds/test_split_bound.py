@@ -1,4 +1,4 @@
-"""The split bound (``ppsolve.solvers.split_bound``): above the per-device figures where the middle
+"""The split bound (``ppsolve.solvers.cpsat.split_bound``): above the per-device figures where the middle
 devices' collisions matter, never above a proven optimum, and refused where it is no relaxation."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.methods import get_method, run_and_check
 from ppsolve.problem import load_problem, problem_from_dict
-from ppsolve.solvers.split_bound import _chain, _least, split_bound, why_not
+from ppsolve.solvers.cpsat.split_bound import best_chain, least_time, split_bound, why_not
 from tests.helpers import make_problem
 from tests.solvers.cases import proven_optimum
 from tests.bounds.test_bound_validity import spaced_problems
@@ -52,19 +52,19 @@ def test_chain_adds_groups_of_microbatches_that_share_their_boundary():
     two groups of 14 (26 gaps between F(0) starts) and the last 6 beat one group and the analytic rest."""
     problem = load_problem(ROOT / "instances/scale/lin-d8-m32-split-uneven-cap1_2.json")
     entries = {5: (195.2, True), 14: (637.4, True)}
-    best = _chain(problem, entries, {6: (434.4, True)})
+    best = best_chain(problem, entries, {6: (434.4, True)})
     assert (best.heads, best.rest_size) == ((14, 14), 6) and best.proven
     assert best.value == pytest.approx(2 * 637.4 + 434.4)
     assert best.value > makespan_lower_bound(problem).value + 40
     assert best.describe() == "2 x A(14) + OPT(6) = 2 x 637.4 + 434.4"
     # an unproven side (a CP-SAT bound) still counts, and the chain says so
-    unproven = _chain(problem, entries, {6: (434.4, False)})
+    unproven = best_chain(problem, entries, {6: (434.4, False)})
     assert unproven.value == pytest.approx(best.value) and not unproven.proven
     # without the rest's CP-SAT figure, the chain ends on the analytic bound of the rest
-    alone = _chain(problem, entries, {})
+    alone = best_chain(problem, entries, {})
     assert alone.value >= makespan_lower_bound(problem).value and alone.value < best.value
     # no group at all: the analytic bound of the whole, said as such
-    nothing = _chain(problem, {}, {})
+    nothing = best_chain(problem, {}, {})
     assert nothing.heads == () and nothing.value == pytest.approx(makespan_lower_bound(problem).value)
     assert nothing.describe() == f"OPT(32) >= {nothing.value:g} (no chain above it)"
 
@@ -117,16 +117,16 @@ def test_the_smaller_sizes_cuts_keep_the_optimum():
     """With every smaller size's proven bound as a cut (``_known_cuts``), the whole 4 x 8 model still
     reaches the optimum the plain model proves: the cuts remove no optimal schedule."""
     problem = problem_from_dict(LINEAR_4X8)
-    entries = {n: _least(problem, n, True, 30, 1, {}, {}) for n in range(2, 8)}
+    entries = {n: least_time(problem, n, True, 30, 1, {}, {}) for n in range(2, 8)}
     rests: dict = {}
     for k in range(1, 8):
-        rests[k] = _least(problem, k, False, 30, 1, entries, rests)
+        rests[k] = least_time(problem, k, False, 30, 1, entries, rests)
     assert all(proven for _, proven in [*entries.values(), *rests.values()])
-    assert _least(problem, 8, False, 60, 1, entries, rests) == (pytest.approx(472.4), True)
+    assert least_time(problem, 8, False, 60, 1, entries, rests) == (pytest.approx(472.4), True)
     # and they are in the model: claim OPT(7) were the whole optimum, and 8 microbatches take longer
     # by the first F(0) (7) at least
     inflated = {**rests, 7: (472.4, True)}
-    assert _least(problem, 8, False, 60, 1, entries, inflated)[0] >= 472.4 + 7 - 1e-9
+    assert least_time(problem, 8, False, 60, 1, entries, inflated)[0] >= 472.4 + 7 - 1e-9
 
 
 def test_ctrl_c_keeps_the_sizes_done_before_it():

@@ -104,7 +104,7 @@ def test_a_version_3_file_written_per_microbatch_gives_the_same_schedules():
         grid["time"]["p2p"] = [data["time"].get("p2p", 0)] * m
         plain, gridded = load_problem(path), problem_from_dict(grid)
         assert not gridded.per_microbatch
-        from ppsolve.baselines.onef1b import onef1b_orders
+        from ppsolve.baselines.families.onef1b import onef1b_orders
         if plain.chunks != 1:
             continue
         a = make_schedule(plain, simulate(plain, onef1b_orders(plain)), "1f1b")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ppsolve.baselines.plans import serial_orders
 from ppsolve.plot.gantt import plot_schedule
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
+from ppsolve.solvers.warm_start.plans import serial_orders
 
 
 def test_devices_with_different_numbers_of_stages(tmp_path):

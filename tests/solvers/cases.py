@@ -12,7 +12,7 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 
 
-def _device_orders(problem, device):
+def device_orders(problem, device):
     """Every order of a device's compute ops that keeps each microbatch's own ops in dependency order."""
     ops = [op for op in problem.compute_ops() if problem.placement[op.stage] == device]
     rank = {OpKind.F: 0, OpKind.B: 1, OpKind.W: 2}
@@ -32,7 +32,7 @@ def _device_orders(problem, device):
 
 def brute_force(problem):
     """The best makespan over all device orders, each timed as soon as possible (no offload)."""
-    per_device = [list(_device_orders(problem, d)) for d in range(problem.devices)]
+    per_device = [list(device_orders(problem, d)) for d in range(problem.devices)]
     best = None
     for combo in itertools.product(*per_device):
         try:

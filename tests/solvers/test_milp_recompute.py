@@ -194,9 +194,9 @@ def test_starting_solution_with_recompute_and_partial_amounts_is_a_solution_of_t
     budget = Budget(60, False)
     task = PhaseTask(problem, scaling, Phase.MAKESPAN, SolveOptions(solver="milp"), budget, budget.search(0.5),
                      Progress(budget, "milp", True, None), hint=hint)
-    m = backend._build(task)
+    m = backend.build_model(task)
     assert m.v.continuous and m.v.recomputes and m.v.transfers
-    values = backend._start_values(m, hint)
+    values = backend.start_values(m, hint)
     assert values
     for var in m.v.lp.variables():
         var.varValue = values[var.name]

@@ -10,7 +10,7 @@ import pytest
 
 from ppsolve.checker import check
 from ppsolve.errors import NotApplicableError
-from ppsolve.solvers import BACKENDS, SolveOptions, solve
+from ppsolve.solvers import BACKENDS, DEFAULT_SOLVER, METHODS, SolveOptions, solve
 from ppsolve.solvers.backends import load_backend
 from tests.helpers import make_problem
 from tests.solvers.determinism import decided_by_the_clock, deterministic_options
@@ -31,6 +31,22 @@ def _installed() -> list[str]:
 
 
 INSTALLED = _installed()
+
+
+def test_the_default_solver_is_a_backend_and_each_record_is_a_method():
+    assert DEFAULT_SOLVER in BACKENDS and SolveOptions().solver == DEFAULT_SOLVER
+    assert {m.name: m.description for m in METHODS} == {name: r.description for name, r in BACKENDS.items()}
+
+
+def test_a_module_that_is_not_a_backend_is_named_with_what_it_lacks(monkeypatch):
+    from dataclasses import replace
+
+    from ppsolve.solvers import backends
+
+    monkeypatch.setitem(BACKENDS, "cpsat", replace(BACKENDS["cpsat"], module="ppsolve.solvers.symmetry"))
+    with pytest.raises(TypeError, match="ppsolve.solvers.symmetry is not a solver backend: it lacks why_not, "
+                                        "engine, run_phase"):
+        backends.load_backend("cpsat")
 
 
 @pytest.fixture(params=INSTALLED)
@@ -114,7 +130,7 @@ CROSS = [
 
 def continuous(solver: str) -> bool:
     """Whether the backend's offloaded amounts are continuous (else on a grid: its proof is for the grid)."""
-    return bool(getattr(load_backend(solver), "CONTINUOUS_AMOUNTS", False))
+    return BACKENDS[solver].continuous_amounts
 
 
 def model_optimal(result) -> bool:

@@ -11,15 +11,16 @@ import pytest
 from ppsolve.checker import check
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
-from ppsolve.solvers import SolveOptions, lns, phases, solve
+from ppsolve.solvers import SolveOptions, phases, solve
 from ppsolve.solvers.api import Phase, PhaseAnswer, PhaseTask, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.cpsat import backend
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
+from ppsolve.solvers.search import lns
+from ppsolve.solvers.search.window import Incumbent, compose, make_window
 from ppsolve.solvers.settings import LnsSettings, PhaseSettings, Settings
-from ppsolve.baselines.plans import serial_orders
-from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.solvers.warm_start.plans import serial_orders
 from tests.helpers import make_problem
 
 OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}
@@ -180,12 +181,12 @@ def test_a_window_spans_every_device_up_to_all_devices_and_beyond_some_take_a_bl
     problem = make_problem(devices=6, microbatches=6)
     inc = Incumbent(_serial(problem))
     rng = random.Random(0)
-    picks = [lns._pick(inc, rng, 10, LnsSettings(all_devices=6)) for _ in range(40)]
+    picks = [lns.pick(inc, rng, 10, LnsSettings(all_devices=6)) for _ in range(40)]
     assert all(devices == tuple(range(6)) for devices, _, _ in picks)
     for _, t0, t1 in picks:
         assert 0 <= t0 < t1 <= inc.makespan
 
-    picks = [lns._pick(inc, rng, 10, LnsSettings(all_devices=5, block=2))[0] for _ in range(40)]
+    picks = [lns.pick(inc, rng, 10, LnsSettings(all_devices=5, block=2))[0] for _ in range(40)]
     blocks = [devices for devices in picks if devices != tuple(range(6))]
     assert blocks and len(blocks) < len(picks)  # about half of them
     for devices in blocks:
@@ -213,14 +214,14 @@ def test_a_pick_whose_range_holds_no_wait_of_a_longest_path_is_drawn_again(monke
 
     rng = random.Random(3)
     for _ in range(200):
-        devices, t0, t1 = lns._draw(inc, rng, 1)
+        devices, t0, t1 = lns.draw(inc, rng, 1)
         assert inc.waits_within(devices, t0, t1) == holds_a_wait(devices, t0, t1)
         assert not inc.waits_within(devices, t0, t0)
 
     def with_a_wait(draws: int) -> int:
         """How many of 60 narrow picks hold a waiting critical op, with ``draws`` draws at most."""
         rng = random.Random(5)
-        return sum(holds_a_wait(*lns._pick(inc, rng, 1, LnsSettings(idle_draws=draws))) for _ in range(60))
+        return sum(holds_a_wait(*lns.pick(inc, rng, 1, LnsSettings(idle_draws=draws))) for _ in range(60))
 
     default = LnsSettings().idle_draws
     once, redrawn = with_a_wait(1), with_a_wait(default)
@@ -238,8 +239,6 @@ def test_in_deterministic_mode_the_wall_clock_only_guards_a_window(deterministic
     allowed = []
 
     class Recording:
-        WINDOWS = True
-
         @staticmethod
         def run_phase(task):
             allowed.append(task.limit.until - time.monotonic())
@@ -276,8 +275,6 @@ def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings()):
     seen = []
 
     class Recording:
-        WINDOWS = True
-
         @staticmethod
         def run_phase(task):
             seen.append(task.window)
@@ -321,7 +318,7 @@ def test_tail_windows_start_when_the_ordinary_ones_stall():
 def test_tail_windows_are_shrunk_to_the_op_limit():
     problem = _problem()
     inc = Incumbent(_serial(problem))
-    t0 = lns._pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,), LnsSettings(tail_max_ops=30))
+    t0 = lns.pick_tail(inc, random.Random(0), 4 * inc.makespan, (3,), LnsSettings(tail_max_ops=30))
     assert sum(1 for op in inc.schedule.ops if op.kind.is_compute and op.start >= t0[op.device]) <= 30
     assert t0[3] < t0[0] == t0[1] == t0[2]
 
@@ -385,13 +382,13 @@ def test_a_round_that_is_not_better_is_tried_again_with_its_shorter_paths_alone(
     assert shorter.measure(placed)[0] < shorter.current - 1e-9
     placements = [(same, list(same.free)), (shorter, placed)]  # the first leaves its window as it was
     calls = []
-    real = lns._composed
+    real = lns.composed
 
     def first_refused(problem_, inc_, tried):
         calls.append([w for w, _ in tried])
         return None if len(calls) == 1 else real(problem_, inc_, tried)
 
-    monkeypatch.setattr(lns, "_composed", first_refused)
-    better = lns._accept(problem, inc, placements)
+    monkeypatch.setattr(lns, "composed", first_refused)
+    better = lns.accept(problem, inc, placements)
     assert calls == [[same, shorter], [shorter]]
     assert better is not None and better.makespan < H and check(better).ok

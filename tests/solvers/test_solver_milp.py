@@ -73,8 +73,8 @@ def test_starting_solution_is_a_solution_of_the_model(name):
     # outright: "initial value ... > upBound"); every value must sit in its bounds, every row hold.
     case, phase, cap = START_CASES[name]
     task = _task(make_problem(**case), phase, cap)
-    m = backend._build(task)
-    values = backend._start_values(m, task.hint)
+    m = backend.build_model(task)
+    values = backend.start_values(m, task.hint)
     assert values
     if "recompute" in case:
         assert task.hint.recomputed and any(values[rc.chosen.name] for rc in m.v.recomputes.values())
@@ -91,7 +91,7 @@ def test_cbc_crash_on_exit_is_retried_without_start(monkeypatch):
     # (PuLP raises PulpSolverError); the phase runs again without one instead of failing the solve.
     monkeypatch.setattr(highs_process, "available", lambda: False)
     calls = []
-    real = backend._cbc
+    real = backend.cbc
 
     def flaky(**kwargs):
         calls.append(kwargs.get("warmStart"))
@@ -102,7 +102,7 @@ def test_cbc_crash_on_exit_is_retried_without_start(monkeypatch):
             solver.actualSolve = crash
         return solver
 
-    monkeypatch.setattr(backend, "_cbc", flaky)
+    monkeypatch.setattr(backend, "cbc", flaky)
     result = solve(make_problem(devices=2, microbatches=3, memory_capacity=1, offload=OFFLOAD),
                    SolveOptions(solver="milp", time_limit=20, threads=1))
     assert True in calls and False in calls

@@ -11,23 +11,24 @@ import time
 
 import pytest
 
-from ppsolve.baselines.plans import serial_orders
 from ppsolve.checker import check
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import load_problem
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
-from ppsolve.solvers import SolveOptions, lns, solve
+from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.api import Phase, PhaseTask, Status
 from ppsolve.solvers.backends import load_backend
 from ppsolve.solvers.budget import Budget, Limit
-from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
 from ppsolve.solvers.phases import realise
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
+from ppsolve.solvers.search import lns
+from ppsolve.solvers.search.overhead import lower_overhead, overhead_key
 from ppsolve.solvers.shed import shed_levers
 from ppsolve.solvers.symmetry import identical_classes
 from ppsolve.solvers.warm_start import fifo_relabel
+from ppsolve.solvers.warm_start.plans import serial_orders
 from tests.helpers import ROOT, make_problem, schedule_from_orders
 from tests.solvers.cases import brute_force
 
@@ -66,7 +67,7 @@ def data_order_optimum(problem):
         return True
     from tests.solvers import cases
     best = None
-    per_device = [list(cases._device_orders(problem, d)) for d in range(problem.devices)]
+    per_device = [list(cases.device_orders(problem, d)) for d in range(problem.devices)]
     for combo in itertools.product(*per_device):
         try:
             schedule = schedule_from_orders(problem, [list(o) for o in combo], "data order")

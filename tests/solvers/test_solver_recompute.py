@@ -23,7 +23,7 @@ from ppsolve.ops import Op, OpKind
 from ppsolve.problem import problem_from_dict
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.api import Status
-from ppsolve.solvers.milp import _import_pulp  # noqa: F401  (PuLP imported with highspy hidden)
+import ppsolve.solvers.milp  # noqa: F401  (PuLP imported with highspy hidden)
 
 import pulp  # noqa: E402
 from tests.helpers import ROOT
@@ -417,7 +417,7 @@ def _serial(problem, recomputed=()):
     from ppsolve.baselines.common import with_recompute
     from ppsolve.schedule import make_schedule
     from ppsolve.simulator import simulate
-    from ppsolve.baselines.plans import serial_orders
+    from ppsolve.solvers.warm_start.plans import serial_orders
 
     return make_schedule(problem, simulate(problem, with_recompute(serial_orders(problem), recomputed)), "serial")
 
@@ -426,13 +426,13 @@ def _window_solution(problem, start, t1):
     """The window of every device over [0, t1) of ``start``, solved; (window, its placement, composed)."""
     import time
 
+    from ppsolve.schedule import make_schedule
     from ppsolve.solvers.api import Phase, PhaseTask
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.cpsat import backend
     from ppsolve.solvers.progress import Progress
     from ppsolve.solvers.scaling import build_scaling
-    from ppsolve.solvers.window import Incumbent, compose, make_window
-    from ppsolve.schedule import make_schedule
+    from ppsolve.solvers.search.window import Incumbent, compose, make_window
 
     inc = Incumbent(start)
     window = make_window(inc, range(problem.devices), 0.0, t1, offload=problem.can_offload,
@@ -496,9 +496,9 @@ def test_overhead_windows_lower_recompute_at_the_same_makespan():
     # (placing the device's ops again), never lengthening the schedule
     from ppsolve.solvers.budget import Budget, Limit
     from ppsolve.solvers.cpsat import backend
-    from ppsolve.solvers.overhead_windows import lower_overhead, overhead_key
     from ppsolve.solvers.progress import Progress
     from ppsolve.solvers.scaling import build_scaling
+    from ppsolve.solvers.search.overhead import lower_overhead, overhead_key
 
     problem = _lns_problem(recompute={"keep": 0.25, "time": 1}).replace(capacity=(2.5,) * 4)
     keys = [(s, j) for s in range(problem.num_stages) for j in range(problem.microbatches)]
@@ -551,7 +551,7 @@ def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond(exam
 
     problem = example_problem
     seen = []
-    real = phases._Run.phase
+    real = phases.Run.phase
 
     def spy(self, phase, limit, hint, horizon=None, makespan_cap=None, whole_shares=False):
         answer = real(self, phase, limit, hint, horizon, makespan_cap, whole_shares)
@@ -559,7 +559,7 @@ def test_whole_shares_first_is_a_restriction_the_overhead_phase_goes_beyond(exam
             seen.extend([op for op in ops if op.kind is _OFF] for ops in answer.solutions)
         return answer
 
-    with mock.patch.object(phases._Run, "phase", spy):
+    with mock.patch.object(phases.Run, "phase", spy):
         result = solved(problem, time_limit=8)
     assert seen and all(op.amount == pytest.approx(problem.max_offload(op.stage)) for ops in seen for op in ops)
     assert result.schedule.offloaded <= min(sum(op.amount for op in ops) for ops in seen) + 1e-9
@@ -575,14 +575,14 @@ def test_time_kept_for_the_overhead_phase_goes_back_to_the_search_when_no_lever_
     problem = make_problem(devices=4, microbatches=24, time_forward=[1, 1, 1, 3],
                            offload={"bandwidth": {"d2h": 0.25, "h2d": 0.25}})
     calls = []
-    real = phases._large_neighbourhoods
+    real = phases.large_neighbourhoods
 
     def spy(run, start, share, keep):
         calls.append(keep)
         return real(run, start, share, keep)
 
-    with mock.patch.object(phases, "_large_neighbourhoods", spy), \
-            mock.patch.object(phases, "_minimise_makespan", lambda run, warm, share, keep: (warm, run.lb, False)):
+    with mock.patch.object(phases, "large_neighbourhoods", spy), \
+            mock.patch.object(phases, "minimise_makespan", lambda run, warm, share, keep: (warm, run.lb, False)):
         result = solved(problem, time_limit=12)
     assert calls and calls[0] > 0  # the first search keeps time for the overhead phase
     if result.schedule.offloaded or result.schedule.recomputed:

@@ -11,13 +11,13 @@ from ppsolve import baselines, methods
 from ppsolve.checker import check
 from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.methods import Method
+from ppsolve.ops import OpKind
+from ppsolve.problem import load_problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
-from ppsolve.ops import OpKind
-from ppsolve.problem import load_problem
-from ppsolve.baselines.plans import list_plan, serial_orders
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
+from ppsolve.solvers.warm_start.plans import list_plan, serial_orders
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 

@@ -22,7 +22,6 @@ from ppsolve.solvers.cpsat import constraints, objective
 from ppsolve.solvers.cpsat.variables import SNAP, EmptyWindow, Variables, build_variables, build_window_variables
 from ppsolve.solvers.scaling import peak_ranges
 
-NAME = "cpsat"
 # Deterministic mode: CP-SAT's deterministic time per second of the budget's deterministic work. One
 # unit took 3 to 8 CPU seconds with one worker on the bench machine (whole models, and window models of
 # 130-160 ops), and wall time runs two to three times CPU time there (a shared 2-core machine), hence the
@@ -31,9 +30,6 @@ NAME = "cpsat"
 # on the 2-core machine when it is quiet (wall = CPU time); three times busier, the clock ends steps
 # and the file says the run may not be reproducible.
 DETERMINISTIC_PER_SECOND = 0.15
-CONTINUOUS_AMOUNTS = False  # offloads move multiples of the scaling's grid
-WHOLE_SHARES = True  # PhaseTask.whole_shares: a model whose offloads move whole shares (a quick first step)
-WINDOWS = True  # run_phase also solves a window of an incumbent (PhaseTask.window): large-neighbourhood search
 # a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
 WINDOW_PARAMETERS = {"linearization_level": 2}
 FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)
@@ -120,7 +116,7 @@ def add_cuts(v: Variables, symmetry: bool, capped: bool, lower_bound: int) -> No
 
 
 def _build_window(task: PhaseTask) -> _Model:
-    """The model of a window (``ppsolve.solvers.window``): the same constraint families on its free
+    """The model of a window (``ppsolve.solvers.search.window``): the same constraint families on its free
     ops, the fixed ops it refers to as constants; minimise the longest path through it (Phase.OVERHEAD:
     its overhead)."""
     window, sc = task.window, task.scaling
@@ -400,7 +396,7 @@ def run_phase(task: PhaseTask) -> PhaseAnswer:
     if task.window is not None and task.phase is Phase.MAKESPAN:
         return _run_window(m, task)
     r = _search(m, task, task.limit)
-    if task.window is not None:  # a window's least overhead (ppsolve.solvers.overhead_windows)
+    if task.window is not None:  # a window's least overhead (ppsolve.solvers.search.overhead)
         return PhaseAnswer(r.status, [_window_ops(m, task.window, r.values[-1])] if r.values else [], r.bound,
                            r.interrupted, r.abandoned, by_clock=r.by_clock, work=r.work)
     return PhaseAnswer(r.status, [_model_ops(m, x) for x in r.values], r.bound, r.interrupted, r.abandoned,

@@ -49,7 +49,7 @@ def minimise_peak(v: Variables, peaks: list[cp_model.IntVar], uppers: list[int],
 
 
 def window_paths(v: Variables, tails: dict) -> list[cp_model.IntVar]:
-    """A window (``ppsolve.solvers.window``): C >= E(o) + tail(o) for every free op o (an added
+    """A window (``ppsolve.solvers.search.window``): C >= E(o) + tail(o) for every free op o (an added
     transfer's only when it is chosen), so that C is the longest path through the window; min C.
     Returns the ends E(o) of the free compute ops, the second objective (:func:`minimise_flow`)."""
     ends = []

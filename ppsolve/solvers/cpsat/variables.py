@@ -13,7 +13,7 @@ from ppsolve.problem import Problem
 from ppsolve.solvers.scaling import Scaling, trivial_horizon
 
 if TYPE_CHECKING:
-    from ppsolve.solvers.window import Window
+    from ppsolve.solvers.search.window import Window
 
 # a window's times come from float arithmetic: within this many model units of an integer they are that integer
 SNAP = 1e-3
@@ -202,45 +202,72 @@ class EmptyWindow(Exception):
 
 def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: Scaling, window: "Window",
                            check=lambda: None) -> Variables:
-    """Variables of a window (:mod:`ppsolve.solvers.window`): an interval for each free op within
+    """Variables of a window (:mod:`ppsolve.solvers.search.window`): an interval for each free op within
     its bounds, optional transfers for its choosable keys, ints for the fixed ops it refers to,
     and ``makespan`` for the objective (the longest path through the window)."""
-    sc = scaling
-    up = lambda x: sc.time(x, up=True, tolerance=SNAP)  # noqa: E731
-    down = lambda x: sc.time(x, up=False, tolerance=SNAP)  # noqa: E731
-    v = Variables(model, problem, sc, up(window.horizon))
+    times = _WindowTimes(model, scaling, window)
+    v = Variables(model, problem, scaling, times.up(window.horizon))
     v.keys = list(window.keys)
+    _window_compute(v, times, window, check)
+    _window_recomputes(v, times, window)
+    _window_transfers(v, times, window)
+    top = max(window.tails.values(), default=0.0) + max(window.high.values())
+    v.makespan = model.new_int_var(0, times.up(top), "makespan")
+    return v
 
-    def bounds(op: Op, dur: int) -> tuple[int, int]:
-        lo, hi = up(window.low[op]), down(window.high[op])
+
+class _WindowTimes:
+    """A window's times in model units (rounded inwards within SNAP), and the variables of a free op."""
+
+    def __init__(self, model: cp_model.CpModel, scaling: Scaling, window: "Window"):
+        self.model, self.scaling, self.window = model, scaling, window
+
+    def up(self, x: float) -> int:
+        return self.scaling.time(x, up=True, tolerance=SNAP)
+
+    def down(self, x: float) -> int:
+        return self.scaling.time(x, up=False, tolerance=SNAP)
+
+    def bounds(self, op: Op, dur: int) -> tuple[int, int]:
+        """The op's earliest start and latest end; EmptyWindow when ``dur`` does not fit between them."""
+        lo, hi = self.up(self.window.low[op]), self.down(self.window.high[op])
         if lo + dur > hi:
             raise EmptyWindow(str(op))
         return lo, hi
 
-    def timed(op: Op, dur: int, present=None):
-        lo, hi = bounds(op, dur)
+    def timed(self, op: Op, dur: int):
+        """(start, end, interval) of a free op within its bounds."""
+        model = self.model
+        lo, hi = self.bounds(op, dur)
         name = f"{op.kind.value}_{op.stage}_{op.microbatch}"
         start = model.new_int_var(lo, hi - dur, f"s_{name}")
         end = model.new_int_var(lo + dur, hi, f"e_{name}")
-        if present is None:
-            return start, end, model.new_interval_var(start, dur, end, f"i_{name}")
-        return start, end, model.new_optional_interval_var(start, dur, end, present, f"i_{name}")
+        return start, end, model.new_interval_var(start, dur, end, f"i_{name}")
 
+
+def _window_compute(v: Variables, times: _WindowTimes, window: "Window", check) -> None:
+    """F, B and W: an interval for each free one, the times of each fixed one."""
+    sc = v.scaling
     for index, sop in enumerate(window.free):
         if index % 500 == 0:
             check()
         if sop.kind.is_compute and sop.kind is not OpKind.R:
             op = sop.op
-            v.start[op], v.end[op], v.interval[op] = timed(op, sc.duration(op.kind, op.stage, op.microbatch))
+            v.start[op], v.end[op], v.interval[op] = times.timed(op, sc.duration(op.kind, op.stage, op.microbatch))
     for op, sop in window.fixed.items():
         if op.kind.is_compute and op.kind is not OpKind.R:
-            v.start[op], v.end[op] = down(sop.start), up(sop.end)
+            v.start[op], v.end[op] = times.down(sop.start), times.up(sop.end)
+
+
+def _window_recomputes(v: Variables, times: _WindowTimes, window: "Window") -> None:
+    """R: optional for a choosable key (where it fits its bounds), else free or fixed as the incumbent has it."""
+    model, sc = times.model, v.scaling
     free = {sop.op: sop for sop in window.free}
-    can_recompute = set(recomputable(problem, sc)) if window.choosable else set()
+    can_recompute = set(recomputable(v.problem, sc)) if window.choosable else set()
     for s, j in sorted(window.choosable):
         op = Op(OpKind.R, s, j)
         if (s, j) in can_recompute and op in window.low:
-            lo, hi = up(window.low[op]), down(window.high[op])
+            lo, hi = times.up(window.low[op]), times.down(window.high[op])
             if lo + sc.duration(OpKind.R, s, j) <= hi:
                 optional_recompute(model, v, s, j, model.new_bool_var(f"recompute_{s}_{j}"), lo, hi)
     for op in [o for o in list(free) + list(window.fixed) if o.kind is OpKind.R]:
@@ -248,11 +275,19 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
         if key in window.choosable:
             continue
         if op in free:
-            start, end, interval = timed(op, sc.duration(OpKind.R, op.stage, op.microbatch))
+            start, end, interval = times.timed(op, sc.duration(OpKind.R, op.stage, op.microbatch))
             v.recompute[key] = Recompute(True, start, end, interval)
         else:
             sop = window.fixed[op]
-            v.recompute[key] = Recompute(True, down(sop.start), up(sop.end), None)
+            v.recompute[key] = Recompute(True, times.down(sop.start), times.up(sop.end), None)
+
+
+def _window_transfers(v: Variables, times: _WindowTimes, window: "Window") -> None:
+    """OFFLOAD and RELOAD pairs: optional for a choosable key, else free or fixed as the incumbent has them
+    (with its amount); a pair whose partner is out of the model's reach is left out."""
+    model, sc, problem = times.model, v.scaling, v.problem
+    up, down = times.up, times.down
+    free = {sop.op: sop for sop in window.free}
     transfer_keys = {(op.stage, op.microbatch) for op in list(free) + list(window.fixed) if op.kind.is_transfer}
     for s, j in sorted(transfer_keys | set(window.choosable)):
         off, rel = Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j)
@@ -271,16 +306,13 @@ def build_window_variables(model: cp_model.CpModel, problem: Problem, scaling: S
                 break
             dur = max(1, up(sop.end - sop.start))
             if op in free:
-                parts.append(timed(op, dur))
+                parts.append(times.timed(op, dur))
             else:
                 parts.append((down(sop.start), up(sop.end), None))
         if parts is None:
             continue
         act = sc.activation.at(s, j)
-        amount = min(sc.memory(sop.amount, up=False), act)
+        amount = min(sc.memory(sop.amount, up=False), act)  # the reload's amount (the pair's last op)
         a_r = min(amount, act - (sc.weight_hold.at(s, j) if problem.split_backward else 0))
         (os_, oe, oi), (rs, re_, ri) = parts
         v.transfers[(s, j)] = Transfer(True, amount, os_, oe, oi, rs, re_, ri, a_r, amount - a_r)
-    top = max(window.tails.values(), default=0.0) + max(window.high.values())
-    v.makespan = model.new_int_var(0, up(top), "makespan")
-    return v

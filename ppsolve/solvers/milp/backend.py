@@ -29,12 +29,6 @@ from ppsolve.solvers.milp import constraints, highs_process, objective
 from ppsolve.solvers.milp.variables import Variables, build_variables
 from ppsolve.solvers.scaling import peak_ranges, trivial_horizon
 
-NAME = "milp"
-# Offloaded amounts are continuous variables (any amount in (0, fraction x activation], as the contract
-# allows): the model's proofs hold for the contract's problem (read by the solve pipeline).
-CONTINUOUS_AMOUNTS = True
-WHOLE_SHARES = False  # PhaseTask.whole_shares is not used
-WINDOWS = False  # no window search (the LNS is CP-SAT's)
 # HiGHS reads its clock between root cut rounds and overran its limit by up to ~20 % on the bundled
 # problems: it gets this share of the search's wall time.
 HIGHS_TIME_SHARE = 0.85
@@ -63,14 +57,15 @@ SNAP_TOLERANCE = tolerance.EPS  # relative: never more than the checker allows
 MIN_AMOUNT = tolerance.EPS  # a transfer moving less (relative to its most) is left out of the schedule
 
 
-def _cbc(**kwargs):
+def cbc(**kwargs):
+    """PuLP's bundled CBC with ``kwargs`` (the fallback when highspy is missing)."""
     with warnings.catch_warnings():  # PuLP 3 deprecates the bundled CBC for PuLP 4; it still ships it
         warnings.simplefilter("ignore", DeprecationWarning)
         return pulp.PULP_CBC_CMD(**kwargs)
 
 
 def why_not() -> str | None:
-    if highs_process.available() or _cbc(msg=False).available():
+    if highs_process.available() or cbc(msg=False).available():
         return None
     return "neither HiGHS (pip install highspy) nor CBC is available to PuLP"
 
@@ -83,7 +78,9 @@ def engine() -> str:
 
 
 @dataclass
-class _Model:
+class Model:
+    """One phase's MILP: its variables and the rows the objective reads."""
+
     v: Variables
     peaks: list = field(default_factory=list)
     weight: int = 1  # MEMORY: objective = weight * max peak + sum of peaks
@@ -120,7 +117,8 @@ def _levers(task: PhaseTask) -> tuple[bool, bool]:
     return offload, recompute
 
 
-def _build(task: PhaseTask) -> _Model:
+def build_model(task: PhaseTask) -> Model:
+    """The phase's model: variables, every constraint family and the objective."""
     problem, scaling, budget = task.problem, task.scaling, task.budget
     offload, recompute = _levers(task)
     H = trivial_horizon(problem, scaling)
@@ -137,7 +135,7 @@ def _build(task: PhaseTask) -> _Model:
     budget.check()
     constraints.recompute_or_offload(v)
     constraints.transfers(v)
-    m = _Model(v)
+    m = Model(v)
     if task.phase is Phase.MEMORY:
         ranges = peak_ranges(problem, scaling)
         m.peaks = [v.number(f"peak_{d}", low, high) for d, (low, high) in enumerate(ranges)]
@@ -160,7 +158,7 @@ def _build(task: PhaseTask) -> _Model:
 
 # ----- the starting solution -----
 
-def _start_values(m: _Model, schedule: Schedule) -> dict[str, float]:
+def start_values(m: Model, schedule: Schedule) -> dict[str, float]:
     """Every variable's value in ``schedule`` (model units), by variable name; {} when the schedule
     is not a solution of the model (an R or a transfer the model lacks, an amount above its most)."""
     v, sc = m.v, m.v.scaling
@@ -256,7 +254,7 @@ def _highs_options(task: PhaseTask, continuous: bool) -> dict:
 class _Record:
     """Incumbents (variable values by name, best last) and what the progress line shows."""
 
-    def __init__(self, task: PhaseTask, m: _Model):
+    def __init__(self, task: PhaseTask, m: Model):
         self.task, self.m = task, m
         self.solutions: list[dict[str, float]] = []
 
@@ -274,7 +272,7 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(x) and abs(x) < 1e15
 
 
-def _ops(m: _Model, values: dict[str, float]) -> list[ScheduledOp]:
+def _ops(m: Model, values: dict[str, float]) -> list[ScheduledOp]:
     """A solution in user units: durations from the problem, the chosen R ops, and the chosen
     transfers with their amounts (one moving nothing is left out). Integral models' times are
     rounded; continuous values snap to a near fraction with a small denominator (a vertex of the
@@ -304,15 +302,15 @@ def _snap(x: float) -> float:
 
 
 def run_phase(task: PhaseTask) -> PhaseAnswer:
-    m = _build(task)
-    start = _start_values(m, task.hint) if task.hint is not None else {}
+    m = build_model(task)
+    start = start_values(m, task.hint) if task.hint is not None else {}
     record = _Record(task, m)
     if highs_process.available():
         return _run_highs(task, m, start, record)
     return _run_cbc(task, m, start, record)
 
 
-def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
+def _run_highs(task: PhaseTask, m: Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
     """HiGHS in its child process: a wall-clock stop, and in deterministic mode a work limit."""
     limit = task.limit
     arrays, names = highs_process.lp_arrays(m.v.lp)
@@ -359,7 +357,7 @@ def _run_highs(task: PhaseTask, m: _Model, start: dict[str, float], record: _Rec
     return PhaseAnswer(state, ops, bound, interrupted, False, by_clock)
 
 
-def _run_cbc(task: PhaseTask, m: _Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
+def _run_cbc(task: PhaseTask, m: Model, start: dict[str, float], record: _Record) -> PhaseAnswer:
     """CBC through PuLP (when highspy is missing): one final solution, a wall-clock limit only.
 
     The CBC that PuLP bundles (2.10.3) now and then crashes on exit after a search that had a
@@ -371,7 +369,7 @@ def _run_cbc(task: PhaseTask, m: _Model, start: dict[str, float], record: _Recor
 
     def search(warm: bool):
         gap = CONTINUOUS_GAP if m.v.continuous else 1 - EPS
-        solver = _cbc(msg=False, timeLimit=max(1, math.floor(0.8 * limit.seconds())), threads=options.threads or 1,
+        solver = cbc(msg=False, timeLimit=max(1, math.floor(0.8 * limit.seconds())), threads=options.threads or 1,
                       warmStart=warm, gapRel=0.0, gapAbs=gap, options=[f"randomSeed {options.seed + 1}"])
         return lp.solve(solver)
 

@@ -155,7 +155,7 @@ class Variables:
     transfers: dict[Key, Transfer] = field(default_factory=dict)
     recomputes: dict[Key, Recompute] = field(default_factory=dict)
     lane_order: dict[tuple[Op, Op], pulp.LpVariable] = field(default_factory=dict)  # z: 1 when the first starts first
-    # how the memory indicators follow from a schedule (``backend._start_values``): a binary's value from
+    # how the memory indicators follow from a schedule (``backend.start_values``): a binary's value from
     # the op starts and ends (model units; phantoms placed too), a share's as the least of its upper bounds
     indicators: dict[str, Callable[[dict, dict], float]] = field(default_factory=dict)
     shares: dict[str, list] = field(default_factory=dict)

@@ -17,7 +17,7 @@ forward (or backward) through one chunk of every device (``g (v-1) + d`` on devi
 
 PO-H offloads the first ``max(1, v // 2)`` chunks of groups of 1 spaced by GIS-H's g
 (the reference's offload script), PO-F every chunk of GIS,
-with the reference's offload pass (:mod:`ppsolve.baselines.offload_pass`).
+with the reference's offload pass (:mod:`ppsolve.baselines.engines.offload_pass`).
 ``1f1b-offload`` is PipeOffload's Figure 1: 1F1B, every activation but the last
 stage's to host right after its F and back before its B, forwards waiting for
 the offloads before them. Where a plan breaks the memory cap, stricter forms of the
@@ -30,8 +30,8 @@ import math
 import time
 
 from ppsolve.baselines.common import Requirement, finish
-from ppsolve.baselines.offload_pass import Plan, fitted, full_offload_plan, reference_plan
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.engines.offload_pass import Plan, fitted, full_offload_plan, reference_plan
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem

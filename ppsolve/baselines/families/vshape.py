@@ -3,8 +3,8 @@
 Device i holds stages i and 2d-1-i. ZB-V, V-Half and V-Min follow the
 reference implementation of the zero-bubble and controllable-memory papers:
 ZB-V is the V-shape zero-bubble heuristic on the real costs within 2d stage
-activations per device (:mod:`ppsolve.baselines.zbv_auto`); V-Half and V-Min
-repeat a fixed building block and squeeze it (:mod:`ppsolve.baselines.vpattern`),
+activations per device (:mod:`ppsolve.baselines.families.zbv_auto`); V-Half and V-Min
+repeat a fixed building block and squeeze it (:mod:`ppsolve.baselines.families.vpattern`),
 the order then timed on the real costs. With more than two chunks per device
 (where those are not defined) they fall back to the list scheduler's order on
 unit costs with d, ``(d + 2) // 2`` and ``(d + 4) // 3`` microbatches per device.
@@ -21,9 +21,9 @@ import time
 from collections import deque
 
 from ppsolve.baselines.common import Requirement, finish, largest
-from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
-from ppsolve.baselines.zbv_auto import zbv_orders
+from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.families.vpattern import pattern_orders, v_half_block, v_min_block
+from ppsolve.baselines.families.zbv_auto import zbv_orders
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import B, F, W, Op
 from ppsolve.problem import Problem

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from ppsolve.baselines.common import with_w_after_b
-from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.offload_pass import Plan
-from ppsolve.baselines.offload_fit import selective_offload_plans
-from ppsolve.baselines.onef1b import onef1b_forward_backward
+from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.engines.offload_fit import selective_offload_plans
+from ppsolve.baselines.engines.offload_pass import Plan
+from ppsolve.baselines.families.onef1b import onef1b_forward_backward
+from ppsolve.baselines.families.recompute import PREFER, fit_by_recompute
 from ppsolve.baselines.portfolio import built_baselines
-from ppsolve.baselines.recompute import PREFER, fit_by_recompute
 from ppsolve.errors import PpsolveError
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op, OpKind
@@ -80,7 +80,7 @@ def fitting_k(problem: Problem) -> int:
 
 
 def list_plan(problem: Problem, order: str = "BFW", late_first: bool = False) -> list[list[Op]]:
-    """The list scheduler's orders (:mod:`ppsolve.baselines.listsched`) within the capacity, without
+    """The list scheduler's orders (:mod:`ppsolve.baselines.engines.listsched`) within the capacity, without
     offload, preferring kinds in ``order`` (and, with ``late_first``, a held microbatch's later stages)."""
     orders, _, _ = list_orders(problem, ListPolicy(limit=tuple(problem.capacity), order=order,
                                                    late_first=late_first))
@@ -218,7 +218,7 @@ def recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[l
 
 def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]] | Plan]]]:
     """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial); the last,
-    selective offload (:mod:`ppsolve.baselines.offload_fit`), make a Plan with its amounts and waits."""
+    selective offload (:mod:`ppsolve.baselines.engines.offload_fit`), make a Plan with its amounts and waits."""
     yield "serial", lambda: serial_orders(problem)
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):

@@ -42,10 +42,10 @@ from ppsolve.bounds import capacity_shortfalls, makespan_lower_bound
 from ppsolve.bounds.relaxation import least_costs
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
+from ppsolve.solvers.api import search_in_thread
 from ppsolve.solvers.cpsat import constraints
 from ppsolve.solvers.cpsat.backend import add_cuts, add_order_constraints
 from ppsolve.solvers.cpsat.variables import build_variables
-from ppsolve.solvers.api import search_in_thread
 from ppsolve.solvers.scaling import build_scaling
 
 UNPROVEN_STOP = 2  # stop growing a side's size after this many sizes not proven in time
@@ -113,8 +113,8 @@ def _interchangeable(problem: Problem) -> Problem:
     return least_costs(problem) if problem.per_microbatch else problem
 
 
-def _least(problem: Problem, n: int, entry: bool, seconds: float, threads: int | None,
-           entries: dict[int, tuple[float, bool]], rests: dict[int, tuple[float, bool]]) -> tuple[float, bool]:
+def least_time(problem: Problem, n: int, entry: bool, seconds: float, threads: int | None,
+               entries: dict[int, tuple[float, bool]], rests: dict[int, tuple[float, bool]]) -> tuple[float, bool]:
     """(a proven lower bound, whether it is the optimum) of A(n) (``entry``) or OPT(n), the smaller
     sizes' bounds found so far (``entries``, ``rests``) added as cuts (``_known_cuts``)."""
     sub = problem.with_microbatches(range(n))
@@ -165,18 +165,18 @@ def _grow(problem: Problem, entry: bool, sizes: range, left, threads: int | None
     for n in sizes:
         if left() <= 0 or unproven >= UNPROVEN_STOP:
             break
-        found[n] = _least(problem, n, entry, left() / 2, threads, found if entry else entries, found)
+        found[n] = least_time(problem, n, entry, left() / 2, threads, found if entry else entries, found)
         unproven += not found[n][1]
         if report is not None:
             report("A" if entry else "OPT", n, *found[n])
 
 
-def _chain(problem: Problem, entries: dict[int, tuple[float, bool]],
-           rests: dict[int, tuple[float, bool]]) -> Split | None:
+def best_chain(problem: Problem, entries: dict[int, tuple[float, bool]],
+               rests: dict[int, tuple[float, bool]]) -> Split | None:
     """The best split of all ``m`` microbatches: LB(k) = max(a bound of OPT(k), max over n of
     A(n) + LB(k - n + 1)), longest path over k. OPT(k) is bounded by CP-SAT where ``rests`` has k
-    (``_least`` already cuts it at ``makespan_lower_bound``), and by ``makespan_lower_bound`` for all
-    m and for the rest of one group (up to 0.15 s a call at d = 32, so not for every k)."""
+    (``least_time`` already cuts it at ``makespan_lower_bound``), and by ``makespan_lower_bound`` for
+    all m and for the rest of one group (up to 0.15 s a call at d = 32, so not for every k)."""
     m = problem.microbatches
     bases = dict(rests)
     for k in {m, *(m - n + 1 for n in entries)} - set(rests):
@@ -201,7 +201,7 @@ def split_bound(problem: Problem, seconds: float, threads: int | None = None,
     """The best split within ``seconds``, in two rounds: first, for at most ``PREFIX_SHARE`` of the
     time, A(n) for n = 2, 3, ...; then OPT(k) for k = 1, 2, ... with the time left; each size with
     half the round's time left, a round ending after ``UNPROVEN_STOP`` sizes not proven in time.
-    The best chain of them (``_chain``) is the bound; ``report`` hears of each size when it is done.
+    The best chain of them (``best_chain``) is the bound; ``report`` hears of each size when it is done.
     Ctrl-C ends it with the chain of the sizes done (``interrupted``)."""
     began = time.monotonic()
     reason = why_not(problem)
@@ -221,6 +221,6 @@ def split_bound(problem: Problem, seconds: float, threads: int | None = None,
         _grow(problem, False, range(1, m), left(), threads, rests, entries, report)
     except KeyboardInterrupt:  # Ctrl-C: the chain of the sizes done so far
         interrupted = True
-    best = _chain(problem, entries, rests) if entries else None
+    best = best_chain(problem, entries, rests) if entries else None
     reason = None if best else "interrupted before a split was tried" if interrupted else "no time to try a split"
     return SplitBound(best, entries, rests, reason, time.monotonic() - began, interrupted)

@@ -1,7 +1,7 @@
 """The least overhead at a makespan, one window at a time: the OVERHEAD phase of problems whose
 whole model is too large to lower it (``ppsolve.solvers.phases``).
 
-Each window (:func:`ppsolve.solvers.window.make_window`, fixed times) frees the ops of one device
+Each window (:func:`ppsolve.solvers.search.window.make_window`, fixed times) frees the ops of one device
 (with its host link) over a time range around an op it recomputes or offloads; the backend places
 them again minimising the window's overhead (recompute time, then offloaded amount:
 ``Phase.OVERHEAD`` with ``PhaseTask.window``). Every free op stays between the fixed ops around it,
@@ -21,7 +21,7 @@ from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
-from ppsolve.solvers.window import Incumbent, compose, make_window
+from ppsolve.solvers.search.window import Incumbent, compose, make_window
 from ppsolve.tolerance import slack
 
 WINDOW_OPS = 60  # compute ops of its device a window frees

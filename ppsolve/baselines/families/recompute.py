@@ -30,8 +30,8 @@ from typing import Iterable, NamedTuple, Sequence
 
 from ppsolve.baselines.common import (Orders, Requirement, finish, memory_text, over_capacity, with_recompute,
                                       with_w_after_b)
-from ppsolve.baselines.interleaved import interleaved_orders, megatron_warmup
-from ppsolve.baselines.onef1b import onef1b_orders
+from ppsolve.baselines.families.interleaved import interleaved_orders, megatron_warmup
+from ppsolve.baselines.families.onef1b import onef1b_orders
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import memory_curves
 from ppsolve.method_types import RunOptions

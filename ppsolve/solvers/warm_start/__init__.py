@@ -5,7 +5,7 @@ shortest wins. Candidates are tried one after another (the baselines, then our
 plans, serial first) until a deadline, and the rest are skipped: a warm start
 that cannot finish in its share of the time is cut short (once one exists).
 Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their orders made by
-:mod:`ppsolve.baselines.plans`) are always tried as well:
+:mod:`ppsolve.solvers.warm_start.plans`) are always tried as well:
 
 * serial: microbatches one after another (F down the stages, B and W back),
   valid for every placement; one microbatch in flight, so its peak is the
@@ -19,7 +19,7 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   largest k that fits and the one below it.
 * with offload: the list scheduler's orders made without a cap, and 1F1B limited to
   a k above what fits, each offloading on the devices over the cap.
-* with offload and a cap, selective offload (:mod:`ppsolve.baselines.offload_fit`): the list
+* with offload and a cap, selective offload (:mod:`ppsolve.baselines.engines.offload_fit`): the list
   scheduler's orders made with each cap raised by one to two activations, each device over its
   cap offloading just the share of each activation that fits it (plans with their amounts and waits).
 * with recompute (contract version 3): 1F1B (W right after B, or deferred), every
@@ -27,7 +27,7 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   k above what fits (at most ``plans.RECOMPUTE_KS`` of them), and the list scheduler's orders
   made without a cap, each recomputing on every device over its cap just enough
   microbatches, chosen from its memory curve in two ways (the fewest recomputes; the
-  recomputes best hidden in waits) by :func:`ppsolve.baselines.recompute.fit_by_recompute`.
+  recomputes best hidden in waits) by :func:`ppsolve.baselines.families.recompute.fit_by_recompute`.
   They are made without offload, and the other plans and baselines do not use the
   recompute block, so with both levers the warm start tries the candidates of each lever
   alone: when its share of the time lets it try them all, it is at most the better of the
@@ -50,8 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ppsolve import baselines
-from ppsolve.baselines.offload_pass import Plan
-from ppsolve.baselines.plans import own_plans
+from ppsolve.baselines.engines.offload_pass import Plan
 from ppsolve.baselines.microbatch_order import base_name
 from ppsolve.baselines.portfolio import applicable_baselines, ordered_baselines
 from ppsolve.checker import check
@@ -63,6 +62,7 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from ppsolve.solvers.symmetry import identical_classes
+from ppsolve.solvers.warm_start.plans import own_plans
 from ppsolve.tolerance import EPS
 
 

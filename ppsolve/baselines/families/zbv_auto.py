@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsolve.baselines.common import SMALL_OPS, largest, memory_deltas
-from ppsolve.baselines.placer import Placer
+from ppsolve.baselines.engines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.tolerance import EPS

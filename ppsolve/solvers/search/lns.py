@@ -1,7 +1,7 @@
 """Large-neighbourhood search: improve a valid schedule one window at a time, for problems whose
 whole model does not fit the time limit.
 
-Each round picks windows of the incumbent (:mod:`ppsolve.solvers.window`): a time range around
+Each round picks windows of the incumbent (:mod:`ppsolve.solvers.search.window`): a time range around
 an op on a longest path, over every device or a block of devices around it. The backend places
 the window's free ops again with the same model as a whole solve, built on those ops with every
 other op fixed (``PhaseTask.window``). When that shortens the longest path through the window,
@@ -33,8 +33,8 @@ from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.search.window import Incumbent, Window, compose, make_window
 from ppsolve.solvers.settings import LnsSettings
-from ppsolve.solvers.window import Incumbent, compose, make_window
 from ppsolve.tolerance import EPS
 
 @dataclass
@@ -57,18 +57,18 @@ def _flow(schedule: Schedule) -> float:
     return sum(op.end for op in schedule.ops)
 
 
-def _pick(inc: Incumbent, rng: random.Random, size: int,
+def pick(inc: Incumbent, rng: random.Random, size: int,
           settings: LnsSettings = LnsSettings()) -> tuple[tuple[int, ...], float, float]:
     """Devices and time range of the next window, drawn again (up to ``settings.idle_draws`` draws in
     all) while its range holds no op of a longest path that its device sits idle before."""
     for _ in range(settings.idle_draws):
-        devices, t0, t1 = _draw(inc, rng, size, settings)
+        devices, t0, t1 = draw(inc, rng, size, settings)
         if inc.waits_within(devices, t0, t1):
             break
     return devices, t0, t1
 
 
-def _draw(inc: Incumbent, rng: random.Random, size: int,
+def draw(inc: Incumbent, rng: random.Random, size: int,
           settings: LnsSettings = LnsSettings()) -> tuple[tuple[int, ...], float, float]:
     """Devices and time range of a window around a random op on a longest path."""
     p = inc.problem
@@ -86,7 +86,7 @@ def _draw(inc: Incumbent, rng: random.Random, size: int,
     return devices, t0, min(inc.makespan, t0 + width)
 
 
-def _pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[int, ...],
+def pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[int, ...],
                settings: LnsSettings = LnsSettings()) -> dict[int, float]:
     """Each device's t0 of a tail window (which ends at the makespan): ``tail_span`` times ``path`` (one
     microbatch's critical path) before the end, ``tail_back`` times it more on the ``busiest`` devices,
@@ -125,126 +125,167 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     every placement that shortens its window's longest path (or, as long, ends its ops earlier),
     re-times and checks the result once, and keeps it when it is better than the incumbent.
     """
-    knobs = options.settings.lns
-    rng = random.Random(options.seed)
-    result = LnsResult(start)
-    inc = Incumbent(start)
-    size = knobs.start_size
-    spent = 0.0  # work done, deterministic mode
-    deterministic = limit.deterministic is not None
-    batch = batch_size(len(start.ops), knobs)
-    applying = knobs.round_seconds_per_op * len(start.ops)  # wall seconds to apply a round (the last one's, once known)
-    guard = knobs.window_guard if deterministic else 1.0  # a window's wall clock, in its own time limits
-    orders = knobs.orders and not (offload and problem.can_offload) and not any(op.kind.is_transfer for op in start.ops)
+    search = Search(problem, scaling, options, budget, progress, backend, start, limit, offload)
+    while search.inc.makespan > lower_bound * (1 + EPS) and not search.out_of_time() and not search.result.interrupted:
+        if not search.round():
+            break  # re-timing and checking the round would run past the limit
+    return search.result
 
-    path = critical_path(problem)
-    loads = [problem.device_load(d) for d in range(problem.devices)]
-    busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - EPS))
-    def clock() -> float:  # the search's progress: its work in deterministic mode, else the wall clock
-        return spent if deterministic else time.monotonic()
 
-    total = limit.deterministic if deterministic else limit.until - time.monotonic()
-    last_gain = clock()  # when the ordinary windows last shortened the schedule
-    tail = False  # tail windows from the stall on (tail_stall)
+class Search:
+    """The state of one large-neighbourhood search (:func:`improve`): the incumbent, the window size,
+    the work done and the random draws."""
 
-    def out_of_time() -> bool:
-        if deterministic and spent >= limit.deterministic:
+    def __init__(self, problem: Problem, scaling: Scaling, options: SolveOptions, budget: Budget,
+                 progress: Progress, backend: Backend, start: Schedule, limit: Limit, offload: bool):
+        self.problem, self.scaling, self.options, self.budget = problem, scaling, options, budget
+        self.progress, self.backend, self.limit, self.offload = progress, backend, limit, offload
+        self.knobs = knobs = options.settings.lns
+        self.rng = random.Random(options.seed)
+        self.result = LnsResult(start)
+        self.inc = Incumbent(start)
+        self.size = knobs.start_size
+        self.spent = 0.0  # work done, deterministic mode
+        self.deterministic = limit.deterministic is not None
+        self.batch = batch_size(len(start.ops), knobs)
+        # wall seconds to apply a round (the last one's, once known)
+        self.applying = knobs.round_seconds_per_op * len(start.ops)
+        self.guard = knobs.window_guard if self.deterministic else 1.0  # a window's wall clock, in its own limits
+        self.orders = knobs.orders and not (offload and problem.can_offload) and not any(
+            op.kind.is_transfer for op in start.ops)
+        # the tail windows' scale: one microbatch's critical path, then the longest path through the last
+        # window measured (measure() in solve_round)
+        self.path = critical_path(problem)
+        loads = [problem.device_load(d) for d in range(problem.devices)]
+        self.busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - EPS))
+        self.total = limit.deterministic if self.deterministic else limit.until - time.monotonic()
+        self.last_gain = self.clock()  # when the ordinary windows last shortened the schedule
+        self.tail = False  # tail windows from the stall on (tail_stall)
+
+    def clock(self) -> float:
+        """The search's progress: its work in deterministic mode, else the wall clock."""
+        return self.spent if self.deterministic else time.monotonic()
+
+    def out_of_time(self) -> bool:
+        if self.deterministic and self.spent >= self.limit.deterministic:
             return True
-        if limit.until - time.monotonic() <= 0.05:
-            result.by_clock = result.by_clock or deterministic
+        if self.limit.until - time.monotonic() <= 0.05:
+            self.result.by_clock = self.result.by_clock or self.deterministic
             return True
         return False
 
-    while inc.makespan > lower_bound * (1 + EPS) and not out_of_time() and not result.interrupted:
-        windows = []
-        tail = tail or (orders and clock() - last_gain >= knobs.tail_stall * total)
-        if tail:
-            window = make_window(inc, range(problem.devices), _pick_tail(inc, rng, path, busiest, knobs), inc.makespan,
-                                 offload, orders, options.recompute)
-            windows = [window] if window is not None else []
-        for _ in range(0 if tail else knobs.picks_per_window * batch):
-            if len(windows) == batch:
+    def round(self) -> bool:
+        """Pick a round's windows, solve them, and apply what they improve; False when applying it
+        would run past the limit."""
+        self.tail = self.tail or (self.orders and self.clock() - self.last_gain >= self.knobs.tail_stall * self.total)
+        placements = self.solve_round(self.pick_round())
+        return not placements or self.apply(placements)
+
+    def pick_round(self) -> list[Window]:
+        """One tail window (after the stall), else up to ``batch`` pairwise independent windows."""
+        inc, problem, knobs = self.inc, self.problem, self.knobs
+        if self.tail:
+            window = make_window(inc, range(problem.devices), pick_tail(inc, self.rng, self.path, self.busiest, knobs),
+                                 inc.makespan, self.offload, self.orders, self.options.recompute)
+            return [window] if window is not None else []
+        windows: list[Window] = []
+        for _ in range(knobs.picks_per_window * self.batch):
+            if len(windows) == self.batch:
                 break
-            devices, t0, t1 = _pick(inc, rng, size, knobs)
+            devices, t0, t1 = pick(inc, self.rng, self.size, knobs)
             if not all(w.may_be_independent(inc, devices, t0, t1) for w in windows):
                 continue  # not worth building
-            window = make_window(inc, devices, t0, t1, offload, orders, options.recompute)
+            window = make_window(inc, devices, t0, t1, self.offload, self.orders, self.options.recompute)
             if window is not None and all(window.independent(w) for w in windows):
                 windows.append(window)
-        seconds = knobs.tail_seconds if tail else knobs.window_seconds
+        return windows
+
+    def solve_round(self, windows: list[Window]) -> list[tuple[Window, list]]:
+        """Solve each window within its limit; the placements that improve their window."""
+        knobs, result, limit = self.knobs, self.result, self.limit
+        seconds = knobs.tail_seconds if self.tail else knobs.window_seconds
         placements = []
         for window in windows:
-            if out_of_time():
+            if self.out_of_time():
                 break
             now = time.monotonic()
-            det = max(0.05, min(seconds, limit.deterministic - spent)) if deterministic else None
-            task = PhaseTask(problem, scaling, Phase.MAKESPAN, options, budget,
-                             Limit(min(limit.until, now + seconds * guard), det), progress,
+            det = max(0.05, min(seconds, limit.deterministic - self.spent)) if self.deterministic else None
+            task = PhaseTask(self.problem, self.scaling, Phase.MAKESPAN, self.options, self.budget,
+                             Limit(min(limit.until, now + seconds * self.guard), det), self.progress,
                              window=window)
             try:
-                answer = backend.run_phase(task)
+                answer = self.backend.run_phase(task)
             except KeyboardInterrupt:
                 result.interrupted = True
                 break
-            spent += answer.work + knobs.window_overhead
-            result.by_clock = result.by_clock or (deterministic and (answer.by_clock or answer.abandoned))
+            self.spent += answer.work + knobs.window_overhead
+            result.by_clock = result.by_clock or (self.deterministic and (answer.by_clock or answer.abandoned))
             result.windows += 1
-            result.tail_windows += tail
+            result.tail_windows += self.tail
             result.sizes.append(window.size)
-            progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
+            self.progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
             result.interrupted = result.interrupted or answer.interrupted
-            if answer.status is Status.OPTIMAL:
-                result.optimal += 1
-                size = size if tail else min(knobs.max_size, int(size * 1.2))
-            elif answer.status is Status.INFEASIBLE:
-                result.infeasible += 1
-            elif not tail:
-                size = max(knobs.min_size, int(size * 0.8))
+            self.resize(answer.status)
             if result.interrupted:
                 break
             if not answer.status.solved:
                 continue
             placed = answer.solutions[-1]
-            path, flow = window.measure(placed)
-            if path < window.current - EPS or (path <= window.current + EPS and flow < window.flow - EPS):
+            self.path, flow = window.measure(placed)
+            if self.path < window.current - EPS or (self.path <= window.current + EPS and flow < window.flow - EPS):
                 placements.append((window, placed))
-        if not placements:
-            continue
-        if time.monotonic() + applying > limit.until:
-            result.by_clock = result.by_clock or deterministic
-            break  # re-timing and checking it would run past the limit
-        spent += knobs.round_seconds_per_op * len(inc.schedule.ops)
+        return placements
+
+    def resize(self, status: Status) -> None:
+        """Count the window's outcome; grow the window size after an optimum, shrink it otherwise."""
+        knobs = self.knobs
+        if status is Status.OPTIMAL:
+            self.result.optimal += 1
+            self.size = self.size if self.tail else min(knobs.max_size, int(self.size * 1.2))
+        elif status is Status.INFEASIBLE:
+            self.result.infeasible += 1
+        elif not self.tail:
+            self.size = max(knobs.min_size, int(self.size * 0.8))
+
+    def apply(self, placements: list[tuple[Window, list]]) -> bool:
+        """Compose the round's placements, re-time and check once; keep the result when better. False
+        (nothing done) when that would run past the limit."""
+        result, inc = self.result, self.inc
+        if time.monotonic() + self.applying > self.limit.until:
+            result.by_clock = result.by_clock or self.deterministic
+            return False
+        self.spent += self.knobs.round_seconds_per_op * len(inc.schedule.ops)
         began = time.monotonic()
-        better = _accept(problem, inc, placements)
+        better = accept(self.problem, inc, placements)
         if better is not None:
-            if better.makespan < inc.makespan - EPS and not tail:
-                last_gain = clock()
-            inc = Incumbent(better)
+            if better.makespan < inc.makespan - EPS and not self.tail:
+                self.last_gain = self.clock()
+            self.inc = Incumbent(better)
             result.best = better
             result.improved += 1
-            result.tail_improved += tail
-            progress.update(incumbent=scaling.time(better.makespan, tolerance=1e-3))
-            progress.detail(f"({result.windows} windows of ~{size} ops, {result.improved} better)")
-        applying = time.monotonic() - began
-    return result
+            result.tail_improved += self.tail
+            self.progress.update(incumbent=self.scaling.time(better.makespan, tolerance=1e-3))
+            self.progress.detail(f"({result.windows} windows of ~{self.size} ops, {result.improved} better)")
+        self.applying = time.monotonic() - began
+        return True
 
 
-def _accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
+def accept(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     """The composed, re-timed schedule when it passes the checker and is better than the incumbent;
     if it is not, the same of the placements that shorten their window's longest path alone. A
     placement that only ends its window's ops earlier often delays the ops after the window (vsh2-d32:
     9 such windows together made the schedule's ends 585 later in sum), and took the round's
     shorter paths down with it."""
-    better = _composed(problem, inc, placements)
+    better = composed(problem, inc, placements)
     if better is None:
         shorter = [(window, placed) for window, placed in placements
                    if window.measure(placed)[0] < window.current - EPS]
         if shorter and len(shorter) < len(placements):
-            better = _composed(problem, inc, shorter)
+            better = composed(problem, inc, shorter)
     return better
 
 
-def _composed(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
+def composed(problem: Problem, inc: Incumbent, placements) -> Schedule | None:
     """The composed, re-timed schedule when it passes the checker and is better than the incumbent."""
     try:
         candidate = make_schedule(problem, compose(inc, placements), inc.schedule.method.name)

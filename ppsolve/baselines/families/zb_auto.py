@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass
 
 from ppsolve.baselines.common import memory_deltas
-from ppsolve.baselines.placer import Placer
+from ppsolve.baselines.engines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.tolerance import EPS

@@ -1,6 +1,6 @@
 """Offloading just enough of each activation to fit a cap: selective offload on any compute order.
 
-PipeOffload's plans (:mod:`ppsolve.baselines.offload_pass`) move every activation of the
+PipeOffload's plans (:mod:`ppsolve.baselines.engines.offload_pass`) move every activation of the
 chosen stages whole, so a device whose link cannot carry them all waits for it. Where a
 cap binds by a few activations, a faster plan keeps most of each activation and moves a share:
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Callable, Iterator, Sequence
 
 from ppsolve.baselines.common import over_capacity
-from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.offload_pass import Plan
+from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.engines.offload_pass import Plan
 from ppsolve.errors import InfeasibleError
 from ppsolve.memory import memory_curves
 from ppsolve.ops import Op, OpKind

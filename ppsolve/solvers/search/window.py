@@ -1,4 +1,4 @@
-"""Neighbourhoods of a timed schedule for the large-neighbourhood search (``ppsolve.solvers.lns``).
+"""Neighbourhoods of a timed schedule for the large-neighbourhood search (``ppsolve.solvers.search.lns``).
 
 A :class:`Window` is a set of devices (whole host links, so that no lane of theirs carries an op
 of another device) and a time range [t0, t1) of an incumbent, a valid schedule. Its *free* ops
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ppsolve.dependencies import dependency_table, dependents_table, depth
@@ -208,7 +208,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
 
     ``t0`` may differ by device (a mapping device -> t0, covering ``devices``): a tail window frees
     the ops of every device near the end and those of the busiest devices from further back
-    (``ppsolve.solvers.lns``). The lanes of a host link take the earliest t0 of its devices.
+    (``ppsolve.solvers.search.lns``). The lanes of a host link take the earliest t0 of its devices.
 
     ``orders`` (only for schedules without transfers): the ops after the window keep their order
     on each device, not their times; the model places its free ops with no deadline from them
@@ -219,20 +219,57 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
     """
     p = inc.problem
     devices = link_closed(p, devices)
-    H = inc.makespan
-    late = 2 * H if orders else H  # where ops after the window are, for the model
-    free: list[ScheduledOp] = []
-    low: dict[Op, float] = {}
-    high: dict[Op, float] = {}
-    next_fixed: dict[Op, Op] = {}  # free op -> first fixed op after the window on its device or lane
-    lane_bounds: dict[int, tuple[float, float, Op | None]] = {}
+    late = 2 * inc.makespan if orders else inc.makespan  # where ops after the window are, for the model
+    starts_at = _starts_at(p, devices, t0)
+    free, bounds, lane_bounds, edges = _free_ops(inc, devices, starts_at, t1, orders)
+    if not free:
+        return None
+    choosable = _choosable(inc, free, bounds, lane_bounds, offload and p.can_offload, recompute and p.can_recompute)
+    movable = set(bounds.low)  # free ops and the transfers the model may add
+    memory_keys = _memory_keys(inc, devices, movable, bounds, t1, orders)
+    fixed = _fixed(inc, movable, memory_keys, t1, orders, late)
+    tails = _tails(inc, movable, bounds.next_fixed)
+    window = Window(tuple(devices), min(starts_at[d] for d in devices), t1, tuple(free), fixed, bounds.low,
+                    bounds.high, tails, tuple(memory_keys), frozenset(choosable), 0.0, 0.0, late, frozenset(movable),
+                    frozenset(movable | set(fixed) | edges), orders,
+                    len(devices) == p.devices and len(set(starts_at.values())) == 1 and not inc.lanes)
+    current, flow = window.measure(free)
+    return replace(window, current=current, flow=flow)
 
-    edges: set[Op] = set()  # the fixed ops just before and after the window on its devices and lanes
 
+@dataclass
+class _Bounds:
+    """Each movable op's earliest start and latest end, and the first fixed op after the window on its
+    device or lane (whose tail it inherits)."""
+
+    low: dict[Op, float] = field(default_factory=dict)
+    high: dict[Op, float] = field(default_factory=dict)
+    next_fixed: dict[Op, Op] = field(default_factory=dict)
+
+    def add(self, op: Op, lo: float, hi: float, nxt: Op | None) -> None:
+        self.low[op], self.high[op] = lo, hi
+        if nxt is not None:
+            self.next_fixed[op] = nxt
+
+
+def _starts_at(p: Problem, devices, t0: float | Mapping[int, float]) -> dict[int, float]:
+    """Each device's t0; a device the host links add takes the earliest t0 of its link."""
     starts_at = dict(t0) if isinstance(t0, Mapping) else {d: t0 for d in devices}
-    for d in devices:  # a device the host links add takes the earliest t0 of its link
+    for d in devices:
         if d not in starts_at:
             starts_at[d] = min(starts_at[e] for e in link_closed(p, (d,)) if e in starts_at)
+    return starts_at
+
+
+def _free_ops(inc: Incumbent, devices, starts_at: dict[int, float], t1: float, orders: bool):
+    """The ops of the window's devices and lanes that start in it, with their bounds; each lane's
+    (low, high, next fixed op), for the transfers the model may add; and the fixed ops just before and
+    after the window on its devices and lanes."""
+    p, H = inc.problem, inc.makespan
+    free: list[ScheduledOp] = []
+    bounds = _Bounds()
+    lane_bounds: dict[int, tuple[float, float, Op | None]] = {}
+    edges: set[Op] = set()
 
     def take(ops, starts, begin):
         i0, i1 = starting_in(starts, begin, t1)
@@ -249,9 +286,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         chosen, lo, hi, nxt = take(inc.compute[d], inc.compute_starts[d], starts_at[d])
         for op in chosen:
             free.append(op)
-            low[op.op], high[op.op] = lo, hi
-            if nxt is not None:
-                next_fixed[op.op] = nxt
+            bounds.add(op.op, lo, hi, nxt)
     lanes = sorted({p.lane(d, k) for d in devices for k in (_OFF, _REL)}) if p.offload is not None else []
     for lane in lanes:
         if lane in inc.lanes:
@@ -262,17 +297,17 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         lane_bounds[lane] = (lo, hi, nxt)
         for op in chosen:
             free.append(op)
-            low[op.op], high[op.op] = lo, hi
-            if nxt is not None:
-                next_fixed[op.op] = nxt
-    if not free:
-        return None
-    free_ops = {op.op for op in free}
-    by_op = inc.by_op
+            bounds.add(op.op, lo, hi, nxt)
+    return free, bounds, lane_bounds, edges
 
+
+def _choosable(inc: Incumbent, free: list[ScheduledOp], bounds: _Bounds, lane_bounds, can_offload: bool,
+               can_recompute: bool) -> set[Key]:
+    """The (stage, microbatch) whose F and B are both free and that may gain or lose an offload or a
+    recompute; their R and transfers join ``bounds`` (the R with its F's bounds, transfers their lane's)."""
+    p, by_op = inc.problem, inc.by_op
+    free_ops = {op.op for op in free}
     choosable: set[Key] = set()
-    can_offload = offload and p.can_offload
-    can_recompute = recompute and p.can_recompute
     for op in free if can_offload or can_recompute else ():
         s, j = op.stage, op.microbatch
         if op.kind is not _F or Op(_B, s, j) not in free_ops:
@@ -284,18 +319,38 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         if off is not None and not (offloadable and off.op in free_ops and Op(_REL, s, j) in free_ops):
             continue
         choosable.add((s, j))
-        low[Op(_R, s, j)], high[Op(_R, s, j)] = low[op.op], high[op.op]
-        if op.op in next_fixed:
-            next_fixed[Op(_R, s, j)] = next_fixed[op.op]
+        bounds.add(Op(_R, s, j), bounds.low[op.op], bounds.high[op.op], bounds.next_fixed.get(op.op))
         if offloadable:
             for kind in (_OFF, _REL):
-                lo, hi, nxt = lane_bounds[p.lane(op.device, kind)]
-                low[Op(kind, s, j)], high[Op(kind, s, j)] = lo, hi
-                if nxt is not None:
-                    next_fixed[Op(kind, s, j)] = nxt
+                bounds.add(Op(kind, s, j), *lane_bounds[p.lane(op.device, kind)])
+    return choosable
 
+
+def _memory_keys(inc: Incumbent, devices, movable: set[Op], bounds: _Bounds, t1: float, orders: bool) -> list[Key]:
+    """The (stage, microbatch) on a capped device of the window whose activation is held at some time
+    its movable ops may take, or that a movable op belongs to."""
+    p = inc.problem
+    keys: set[Key] = {(op.stage, op.microbatch) for op in movable}
+    for d in devices:
+        if p.capacity[d] is None:
+            continue
+        mine = [op for op in movable if p.placement[op.stage] == d]
+        if not mine:
+            continue
+        lo, hi = min(bounds.low[op] for op in mine), (t1 if orders else max(bounds.high[op] for op in mine))
+        spans = inc.spans[d]
+        for start, end, key in spans[:bisect_left(inc.span_starts[d], hi)]:
+            if end > lo:
+                keys.add(key)
+    return sorted(k for k in keys if p.capacity[p.placement[k[0]]] is not None)
+
+
+def _fixed(inc: Incumbent, movable: set[Op], memory_keys: list[Key], t1: float, orders: bool,
+           late: float) -> dict[Op, ScheduledOp]:
+    """The fixed ops the model refers to, at their times (with ``orders``, those after the window at
+    ``late``): the dependencies of the movable ops both ways, and every op of the memory keys."""
+    p, by_op = inc.problem, inc.by_op
     fixed: dict[Op, ScheduledOp] = {}
-    movable = set(low)  # free ops and the transfers the model may add
 
     def need(op: Op) -> None:
         for one in ((Op(_OFF, op.stage, op.microbatch), Op(_REL, op.stage, op.microbatch)) if op.kind.is_transfer
@@ -309,24 +364,16 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
             need(dep.op(op.microbatch))
         for kind, stage, _ in inc.after.get((op.kind, op.stage), ()):
             need(Op(kind, stage, op.microbatch))
-
-    keys: set[Key] = {(op.stage, op.microbatch) for op in movable}
-    for d in devices:
-        if p.capacity[d] is None:
-            continue
-        mine = [op for op in movable if p.placement[op.stage] == d]
-        if not mine:
-            continue
-        lo, hi = min(low[op] for op in mine), (t1 if orders else max(high[op] for op in mine))
-        spans = inc.spans[d]
-        for start, end, key in spans[:bisect_left(inc.span_starts[d], hi)]:
-            if end > lo:
-                keys.add(key)
-    memory_keys = sorted(k for k in keys if p.capacity[p.placement[k[0]]] is not None)
     for s, j in memory_keys:
         for kind in p.kinds + ((_OFF, _REL) if p.offload is not None else ()) + ((_R,) if p.recompute else ()):
             need(Op(kind, s, j))
+    return fixed
 
+
+def _tails(inc: Incumbent, movable: set[Op], next_fixed: dict[Op, Op]) -> dict[Op, float]:
+    """Each movable op's tail: the longest path of fixed ops after it (its successors', and that of
+    the first fixed op after the window on its device or lane)."""
+    by_op = inc.by_op
     tails: dict[Op, float] = {}
     for op in movable:
         best = 0.0
@@ -337,11 +384,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
         if op in next_fixed:
             best = max(best, inc.tail[next_fixed[op]])
         tails[op] = best
-    window = Window(tuple(devices), min(starts_at[d] for d in devices), t1, tuple(free), fixed, low, high, tails,
-                    tuple(memory_keys), frozenset(choosable), 0.0, 0.0, late, frozenset(movable), frozenset(movable | set(fixed) | edges),
-                    orders, len(devices) == p.devices and len(set(starts_at.values())) == 1 and not inc.lanes)
-    current, flow = window.measure(free)
-    return replace(window, current=current, flow=flow)
+    return tails
 
 
 def compose(inc: Incumbent, placements: list[tuple[Window, list[ScheduledOp]]]) -> list[ScheduledOp]:

@@ -25,7 +25,7 @@ import itertools
 from collections import deque
 
 from ppsolve.baselines.common import memory_deltas
-from ppsolve.baselines.placer import Placer
+from ppsolve.baselines.engines.placer import Placer
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 

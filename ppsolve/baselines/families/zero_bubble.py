@@ -1,6 +1,6 @@
 """ZB-H1 and ZB-H2, the zero-bubble schedules (linear placement, split backward).
 
-Both come from the zero-bubble heuristic (:mod:`ppsolve.baselines.zb_auto`) on
+Both come from the zero-bubble heuristic (:mod:`ppsolve.baselines.families.zb_auto`) on
 the real costs and p2p latency. They differ only in the memory limit every
 device keeps within, as in the reference implementation: the activations of d
 microbatches for ZB-H1 (the busiest device of 1F1B), of 2d for ZB-H2 (of the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from ppsolve.baselines.common import Requirement, finish, largest, with_w_deferred
-from ppsolve.baselines.onef1b import onef1b_forward_backward
-from ppsolve.baselines.zb_auto import zb_auto_orders
+from ppsolve.baselines.families.onef1b import onef1b_forward_backward
+from ppsolve.baselines.families.zb_auto import zb_auto_orders
 from ppsolve.errors import InfeasibleError
 from ppsolve.method_types import RunOptions
 from ppsolve.ops import Op

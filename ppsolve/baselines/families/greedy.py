@@ -1,7 +1,7 @@
 """``greedy``: a list scheduler for any placement and backward mode, within the memory cap.
 
 It is the solver's warm start and the fallback when no published schedule
-applies. It runs the list scheduler (:mod:`ppsolve.baselines.listsched`) on the
+applies. It runs the list scheduler (:mod:`ppsolve.baselines.engines.listsched`) on the
 real costs with each device's capacity as its limit (on small problems with
 several chunks per device also with forwards ahead of backwards), and when the problem has
 an offload link it also tries offloading the activations that wait longest
@@ -26,10 +26,10 @@ import time
 from dataclasses import replace
 
 from ppsolve.baselines.common import SMALL_OPS, finish, lower_bound, most_offload, smallest
-from ppsolve.baselines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.vblocks import block_rows, orders_of, timing
-from ppsolve.baselines.vpattern import pattern_orders, v_half_block, v_min_block
-from ppsolve.baselines.zbv_auto import zbv_orders
+from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
+from ppsolve.baselines.families.vblocks import block_rows, orders_of, timing
+from ppsolve.baselines.families.vpattern import pattern_orders, v_half_block, v_min_block
+from ppsolve.baselines.families.zbv_auto import zbv_orders
 from ppsolve.bounds import min_capacity, require_feasible_capacity
 from ppsolve.errors import DeadlockError, InfeasibleError
 from ppsolve.memory import peak_memory
