@@ -1,0 +1,127 @@
+"""The drain after a device's last forward, with the levers paid for: the recompute and reloads that
+the microbatches still held then bring (used by ``ppsolve.bounds.analytic.drain_bound``).
+
+Fix a device with cap C and a schedule of makespan T. Let t* be the end of the device's last F, and
+look at the instant just before it (the F runs, so no B, W or R does; every F of the device has a
+positive duration, else the figure is 0). Each (s, j) of the device is then in one of these states:
+
+- done (B and W ended): holds nothing, brings nothing;
+- waiting for its W alone: holds the weight hold h, brings W after t*;
+- waiting for its B: brings B + W after t*, and holds either a - x, x <= share being the amount on
+  host (offloaded, its RELOAD not started), or, recomputed with its R not started, keep, and then
+  brings its R after t* too (an R that ran before the last F gives back the whole activation).
+
+Those holdings fit C. After t* the device runs what they bring: V of B and W, and R of recompute, so
+T - t* >= V + R; the last F's microbatch needs T - t* >= f, the least tail after an F; and every
+amount X on host comes back at h2d on the device's link after t* and before its B, which starts at
+least c (the least B + tail after B) before T: T - t* >= c + X / h2d (c <= f, so this holds with
+X = 0 too). So the idle and recompute after the last F, T - t* - V, is at least
+Z = max(f - V, R, c + X / h2d - V).
+
+The least Z over the states is a knapsack; any weak-duality bound of it is valid. For
+alpha, beta, gamma >= 0 summing to 1 and a price lambda >= 0 on memory,
+
+    Z >= alpha f + gamma c - lambda C + sum over (s, j) of the least, over its states, of
+         -(alpha + gamma) (work it brings) + beta (R it brings) + gamma x / h2d + lambda (memory held)
+
+(a convex combination of the three terms of Z, plus lambda (held - C) <= 0; the sum separates over
+the microbatches, and the state "waiting for B with x on host" is least at x = 0 or x = share).
+:func:`least_drain` searches the multipliers (each pair tried is a valid bound; the largest is kept).
+
+The existing idle bound counts a recomputed or offloaded microbatch as held for free; here it costs
+its R or its reload, which binds where the last device of a pipeline may recompute or offload: it
+must keep the round trip of its last microbatches busy with work it holds, and the cap lets it hold
+few whole activations. Per-microbatch costs (contract version 4): each (s, j) is its own term with its
+own figures; f and c are the least over them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+
+_GOLDEN = 16  # golden-section steps on the weight of -V
+_GOLDEN_LINK = 8  # and on the weight of the link term, with offload
+_PHI = (5 ** 0.5 - 1) / 2
+
+
+def _states(problem: Problem, items: list[tuple[int, int]]) -> tuple[np.ndarray, ...]:
+    """Per item: (work of W alone, its hold, work of B + W, activation, share, keep, R), arrays;
+    keep and R are inf and 0 where the item cannot be recomputed."""
+    split = problem.split_backward
+    d = problem.duration
+    w = np.array([d(OpKind.W, s, j) if split else 0.0 for s, j in items])
+    hold = np.array([problem.weight_hold.at(s, j) if split else 0.0 for s, j in items])
+    bw = np.array([d(OpKind.B, s, j) for s, j in items]) + w
+    act = np.array([problem.activation.at(s, j) for s, j in items])
+    share = np.array([problem.max_offload(s, j) if problem.can_offload else 0.0 for s, j in items])
+    if problem.can_recompute:
+        keep = np.array([problem.recompute.keep.at(s, j) for s, j in items])
+        r = np.array([d(OpKind.R, s, j) for s, j in items])
+    else:
+        keep, r = np.full(len(items), np.inf), np.zeros(len(items))
+    return w, hold, bw, act, share, keep, r
+
+
+def least_drain(problem: Problem, items: list[tuple[int, int]], weight: int, f_tail: float, c: float) -> float:
+    """A lower bound on the idle and recompute after the device's last F (module docstring), for its
+    ``items`` (stage, microbatch), each standing for ``weight`` microbatches; 0 without a cap or levers."""
+    device = problem.placement[items[0][0]] if items else None
+    if device is None or problem.capacity[device] is None:
+        return 0.0
+    if not (problem.can_recompute or problem.can_offload):
+        return 0.0
+    if any(problem.duration(OpKind.F, s, j) <= 0 for s, j in items):
+        return 0.0
+    cap = problem.capacity[device]
+    w, hold, bw, act, share, keep, r = _states(problem, items)
+    rate = 1 / problem.offload.h2d if problem.can_offload else 0.0  # time per unit reloaded
+
+    def value(s: float, gamma: float, lam: np.ndarray) -> np.ndarray:
+        """The bound at alpha = s - gamma, beta = 1 - s, for every price in ``lam`` (a column)."""
+        beta = 1 - s
+        options = np.stack(np.broadcast_arrays(
+            np.zeros_like(lam * act), -s * w + lam * hold, -s * bw + lam * act,
+            -s * bw + lam * (act - share) + gamma * rate * share,
+            np.where(np.isfinite(keep), -s * bw + beta * r + lam * np.where(np.isfinite(keep), keep, 0.0), np.inf)))
+        least = options.min(axis=0).sum(axis=-1)
+        return (s - gamma) * f_tail + gamma * c - lam[..., 0] * cap + weight * least
+
+    def best_price(s: float, gamma: float) -> float:
+        """The most over lambda: the function is concave and piecewise linear in lambda, so its most is
+        at 0 or where some item's least state changes (any price tried is valid)."""
+        beta = 1 - s
+        cuts = [np.zeros(1)]
+        finite = np.isfinite(keep)
+        lines = [(np.zeros_like(act), np.zeros_like(act)), (hold, -s * w), (act, -s * bw),
+                 (act - share, -s * bw + gamma * rate * share),
+                 (np.where(finite, keep, 0.0), np.where(finite, -s * bw + beta * r, np.nan))]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for i, (m1, b1) in enumerate(lines):
+                for m2, b2 in lines[i + 1:]:
+                    cuts.append((b2 - b1) / (m1 - m2))
+        lam = np.concatenate(cuts)
+        lam = lam[np.isfinite(lam) & (lam >= 0)][:, None]
+        return float(np.max(value(s, gamma, lam)))
+
+    def best_gamma(s: float) -> float:
+        if rate <= 0 or not share.any():
+            return best_price(s, 0.0)
+        return _golden(lambda g: best_price(s, g), 0.0, s, _GOLDEN_LINK)
+
+    return max(0.0, _golden(best_gamma, 0.0, 1.0, _GOLDEN))
+
+
+def _golden(f, lo: float, hi: float, steps: int) -> float:
+    """The largest value of ``f`` found by golden-section search over [lo, hi] (``f`` concave; every
+    value it returns is valid, so a search that misses the peak only gives a lower figure)."""
+    a, b = lo, hi
+    best = max(f(a), f(b))
+    for _ in range(steps):
+        x, y = b - _PHI * (b - a), a + _PHI * (b - a)
+        fx, fy = f(x), f(y)
+        best = max(best, fx, fy)
+        a, b = (a, y) if fx >= fy else (x, b)
+    return best
