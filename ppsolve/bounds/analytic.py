@@ -240,13 +240,17 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
     return _IdleParts(items, x, load, before, after, front < all_f - EPS)
 
 
-def drain_bound(problem: Problem, device: int, chains: Chains) -> float:
+def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.0) -> float:
     """``idle_bound`` with the idle after the last F counted with the recompute and reloads that the
     microbatches the device still holds then bring (``ppsolve.bounds.drain``, where the argument is);
     0 where the problem has no lever or the device no cap. T >= load + before + after holds with any
     lower bound on T - t* less the B and W work after t*: the R ops after t* are part of that time.
     And T >= head + load + that figure whatever t_B: every F, and every B and W not after t*, runs
-    between the device's head and t*."""
+    between the device's head and t*.
+
+    The search (``least_drain``) runs only where the figure could exceed ``floor`` (a bound already
+    known): it is at most its value at one choice of what is held, the whole activations that fill
+    the cap best (fractionally, no lever used). Elsewhere the figure with 0 for the drain, also valid."""
     if not (problem.can_recompute or problem.can_offload) or problem.capacity[device] is None:
         return 0.0
     parts = _idle_parts(problem, device, chains)
@@ -254,10 +258,29 @@ def drain_bound(problem: Problem, device: int, chains: Chains) -> float:
         return 0.0
     items = parts.items
     f_tail = min(chains.f_tail[i] for i in items)
-    c = min(problem.duration(OpKind.B, *i) + chains.b_tail[i] for i in items)
-    drain = least_drain(problem, items, chains.weight, f_tail, c)
     head = min(chains.f_head[i] for i in items)
-    return max(parts.total(max(parts.after, drain)), head + parts.load + drain)
+
+    def bound(drain: float) -> float:
+        return max(parts.total(max(parts.after, drain)), head + parts.load + drain)
+
+    if bound(max(0.0, f_tail - _whole_fill(problem, items, chains.weight))) <= floor:
+        return bound(0.0)
+    c = min(problem.duration(OpKind.B, *i) + chains.b_tail[i] for i in items)
+    return bound(least_drain(problem, items, chains.weight, f_tail, c))
+
+
+def _whole_fill(problem: Problem, items: list, weight: int) -> float:
+    """The most B and W work whole activations of ``items`` bring within the cap, fractionally."""
+    room, work = problem.capacity[problem.placement[items[0][0]]], 0.0
+    split = problem.split_backward
+    values = [(problem.duration(OpKind.B, s, j) + (problem.duration(OpKind.W, s, j) if split else 0.0),
+               problem.activation.at(s, j)) for s, j in items]
+    for value, size in sorted(values, key=lambda v: -v[0] / v[1] if v[1] > 0 else -math.inf):
+        take = weight if size <= 0 else min(weight, room / size)
+        work, room = work + take * value, room - take * size
+        if room <= 0:
+            break
+    return work
 
 
 def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
@@ -397,9 +420,9 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     sequence = sequence_bounds(least, *_one_microbatch(least, microbatch=0))
     forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
-    drain = tuple(drain_bound(problem, d, chains) for d in range(problem.devices))
-    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0),
-                             max(recompute), max(drain), path),
+    floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)
+    drain = tuple(drain_bound(problem, d, chains, floor) for d in range(problem.devices))
+    return MakespanBound(max(floor, max(drain)),
                          devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced),
                          drain)
 

@@ -42,8 +42,9 @@ import numpy as np
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 
-_GOLDEN = 16  # golden-section steps on the weight of -V
-_GOLDEN_LINK = 8  # and on the weight of the link term, with offload
+_GOLDEN = 12  # golden-section steps on the weight of -V
+_GOLDEN_LINK = 6  # and on the weight of the link term, with offload
+_AT_ONCE = 4096  # meeting points x items evaluated in one array; past it, bisection
 _PHI = (5 ** 0.5 - 1) / 2
 
 
@@ -79,39 +80,48 @@ def least_drain(problem: Problem, items: list[tuple[int, int]], weight: int, f_t
     w, hold, bw, act, share, keep, r = _states(problem, items)
     rate = 1 / problem.offload.h2d if problem.can_offload else 0.0  # time per unit reloaded
 
-    def value(s: float, gamma: float, lam: np.ndarray) -> np.ndarray:
-        """The bound at alpha = s - gamma, beta = 1 - s, for every price in ``lam`` (a column)."""
-        beta = 1 - s
-        options = np.stack(np.broadcast_arrays(
-            np.zeros_like(lam * act), -s * w + lam * hold, -s * bw + lam * act,
-            -s * bw + lam * (act - share) + gamma * rate * share,
-            np.where(np.isfinite(keep), -s * bw + beta * r + lam * np.where(np.isfinite(keep), keep, 0.0), np.inf)))
-        least = options.min(axis=0).sum(axis=-1)
-        return (s - gamma) * f_tail + gamma * c - lam[..., 0] * cap + weight * least
+    finite = np.isfinite(keep)
+    memory = np.stack([np.zeros_like(act), hold, act, act - share, np.where(finite, keep, 0.0)])
+    first, second = np.triu_indices(5, 1)  # every pair of states
+    gaps = memory[first] - memory[second]
 
     def best_price(s: float, gamma: float) -> float:
-        """The most over lambda: the function is concave and piecewise linear in lambda, so its most is
-        at 0 or where some item's least state changes (any price tried is valid)."""
-        beta = 1 - s
-        cuts = [np.zeros(1)]
-        finite = np.isfinite(keep)
-        lines = [(np.zeros_like(act), np.zeros_like(act)), (hold, -s * w), (act, -s * bw),
-                 (act - share, -s * bw + gamma * rate * share),
-                 (np.where(finite, keep, 0.0), np.where(finite, -s * bw + beta * r, np.nan))]
+        """The most over lambda at alpha = s - gamma, beta = 1 - s. In lambda the bound is concave and
+        piecewise linear, its pieces meeting where some item's least state changes; its slope (-C plus
+        the memory of the least states) falls, so the most is at the first meeting point after which
+        the slope is no longer positive, found by bisection (any price tried is valid)."""
+        base = np.stack([np.zeros_like(act), -s * w, -s * bw, -s * bw + gamma * rate * share,
+                         np.where(finite, -s * bw + (1 - s) * r, np.inf)])
+
+        def value(lam: float) -> float:
+            least = (memory * lam + base).min(axis=0)
+            return (s - gamma) * f_tail + gamma * c - lam * cap + weight * float(least.sum())
+
+        def slope(lam: float) -> float:
+            chosen = (memory * lam + base).argmin(axis=0)
+            return weight * float(memory[chosen, np.arange(len(act))].sum()) - cap
+
         with np.errstate(divide="ignore", invalid="ignore"):
-            for i, (m1, b1) in enumerate(lines):
-                for m2, b2 in lines[i + 1:]:
-                    cuts.append((b2 - b1) / (m1 - m2))
-        lam = np.concatenate(cuts)
-        lam = lam[np.isfinite(lam) & (lam >= 0)][:, None]
-        return float(np.max(value(s, gamma, lam)))
+            lam = ((base[second] - base[first]) / gaps).ravel()
+        lam = np.unique(np.concatenate([[0.0], lam[np.isfinite(lam) & (lam > 0)]]))
+        if len(lam) * len(act) <= _AT_ONCE:  # few: every meeting point at once
+            least = (memory[:, :, None] * lam + base[:, :, None]).min(axis=0).sum(axis=0)
+            return float(np.max((s - gamma) * f_tail + gamma * c - lam * cap + weight * least))
+        lo, hi = 0, len(lam) - 1  # the first meeting point whose next piece does not rise
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if slope((lam[mid] + lam[mid + 1]) / 2) > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return max(value(lam[k]) for k in {max(0, lo - 1), lo, min(len(lam) - 1, lo + 1)})
 
     def best_gamma(s: float) -> float:
         if rate <= 0 or not share.any():
             return best_price(s, 0.0)
         return _golden(lambda g: best_price(s, g), 0.0, s, _GOLDEN_LINK)
 
-    return max(0.0, _golden(best_gamma, 0.0, 1.0, _GOLDEN))
+    return float(max(0.0, _golden(best_gamma, 0.0, 1.0, _GOLDEN)))
 
 
 def _golden(f, lo: float, hi: float, steps: int) -> float:
