@@ -171,3 +171,21 @@ def test_bounds_with_recompute_stay_under_the_exact_optimum():
 def test_bounds_with_offload_stay_under_the_proven_optimum():
     tally = run_offload(40, seed=14)  # about 3 minutes; three in four proven within 10 s
     assert tally["compared"] >= 25, tally
+
+
+def test_the_drain_with_its_recompute_paid_rises_above_the_other_figures_and_stays_under_the_optimum():
+    # Device 1 (F 6, B 1, W 3) holds one activation at a time (cap 1, weight hold 1) or checkpoints (keep 0)
+    # whose R (3) it must run after its last F: the idle bound counts those checkpoints as free.
+    data = {"format": "ppsolve/problem@1", "devices": 2, "microbatches": 2, "placement": [0, 1], "backward": "split",
+            "time": {"forward": [[3, 3], [6, 6]], "backward_input": [[2, 2], [1, 1]],
+                     "backward_weight": [[1, 1], [3, 3]], "p2p": [1, 1]},
+            "memory": {"activation": [[1, 1], [1, 1]], "weight_hold": [[0, 0], [1, 1]], "capacity": [1, 1]},
+            "recompute": {"keep": [[0, 0], [0, 0]], "time": [[2, 2], [3, 3]]}}
+    problem = problem_from_dict(data)
+    best = optimum(Tiny(data), problem, [1, 1])
+    bound = makespan_lower_bound(problem)
+    others = max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
+                 + bound.recompute_bounds + (bound.critical_path,))
+    assert others == pytest.approx(24) and best == pytest.approx(25)
+    assert others < bound.drain_bounds[1] == bound.value <= best
+    assert bound.binding == "load and forced idle of device 1, with the recompute and reloads of its drain"
