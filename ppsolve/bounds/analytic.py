@@ -249,8 +249,8 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
     between the device's head and t*.
 
     The search (``least_drain``) runs only where the figure could exceed ``floor`` (a bound already
-    known): it is at most its value at one choice of what is held, the whole activations that fill
-    the cap best (fractionally, no lever used). Elsewhere the figure with 0 for the drain, also valid."""
+    known): it is at most its value at one choice of what is held, whole activations that fit the cap
+    (no lever used). Elsewhere the figure with 0 for the drain, also valid."""
     if not (problem.can_recompute or problem.can_offload) or problem.capacity[device] is None:
         return 0.0
     parts = _idle_parts(problem, device, chains)
@@ -270,13 +270,15 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
 
 
 def _whole_fill(problem: Problem, items: list, weight: int) -> float:
-    """The most B and W work whole activations of ``items`` bring within the cap, fractionally."""
+    """B and W work that whole activations of ``items`` bring within the cap (a whole number of each, the
+    most work per unit of memory first): one choice of what is held, so the least drain is at most
+    f - this."""
     room, work = problem.capacity[problem.placement[items[0][0]]], 0.0
     split = problem.split_backward
     values = [(problem.duration(OpKind.B, s, j) + (problem.duration(OpKind.W, s, j) if split else 0.0),
                problem.activation.at(s, j)) for s, j in items]
     for value, size in sorted(values, key=lambda v: -v[0] / v[1] if v[1] > 0 else -math.inf):
-        take = weight if size <= 0 else min(weight, room / size)
+        take = weight if size <= 0 else min(weight, math.floor(room / size))
         work, room = work + take * value, room - take * size
         if room <= 0:
             break

@@ -18,7 +18,10 @@ least c (the least B + tail after B) before T: T - t* >= c + X / h2d (c <= f, so
 X = 0 too). So the idle and recompute after the last F, T - t* - V, is at least
 Z = max(f - V, R, c + X / h2d - V).
 
-The least Z over the states is a knapsack; any weak-duality bound of it is valid. For
+Where the device has one item (one stage whose microbatches are alike), :func:`least_drain` finds the
+least Z exactly: it tries every count of microbatches in each state, with the least amount on host
+that fits the cap (Z only grows with X). Elsewhere the least Z is a knapsack with several kinds of
+items, and any weak-duality bound of it is valid. For
 alpha, beta, gamma >= 0 summing to 1 and a price lambda >= 0 on memory,
 
     Z >= alpha f + gamma c - lambda C + sum over (s, j) of the least, over its states, of
@@ -41,10 +44,12 @@ import numpy as np
 
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.tolerance import EPS
 
 _GOLDEN = 12  # golden-section steps on the weight of -V
 _GOLDEN_LINK = 6  # and on the weight of the link term, with offload
 _AT_ONCE = 4096  # meeting points x items evaluated in one array; past it, bisection
+_EXACT_COUNTS = 2_000_000  # one item: every count of its states tried up to this many
 _PHI = (5 ** 0.5 - 1) / 2
 
 
@@ -79,6 +84,8 @@ def least_drain(problem: Problem, items: list[tuple[int, int]], weight: int, f_t
     cap = problem.capacity[device]
     w, hold, bw, act, share, keep, r = _states(problem, items)
     rate = 1 / problem.offload.h2d if problem.can_offload else 0.0  # time per unit reloaded
+    if len(items) == 1 and (weight + 1) ** 3 <= _EXACT_COUNTS:
+        return _exact(weight, cap, f_tail, c, rate, *(float(v[0]) for v in (w, hold, bw, act, share, keep, r)))
 
     finite = np.isfinite(keep)
     memory = np.stack([np.zeros_like(act), hold, act, act - share, np.where(finite, keep, 0.0)])
@@ -122,6 +129,20 @@ def least_drain(problem: Problem, items: list[tuple[int, int]], weight: int, f_t
         return _golden(lambda g: best_price(s, g), 0.0, s, _GOLDEN_LINK)
 
     return float(max(0.0, _golden(best_gamma, 0.0, 1.0, _GOLDEN)))
+
+
+def _exact(m: int, cap: float, f_tail: float, c: float, rate: float, w: float, hold: float, bw: float, act: float,
+           share: float, keep: float, r: float) -> float:
+    """The least Z over every count of the ``m`` alike microbatches waiting for B whole or partly on host
+    (n_b), as checkpoints (n_r; none when ``keep`` is inf) and waiting for W alone (n_w)."""
+    n = np.arange(m + 1, dtype=float)
+    n_b, n_r, n_w = np.meshgrid(n, n if np.isfinite(keep) else n[:1], n, indexing="ij")
+    held = n_b * act + n_r * (keep if np.isfinite(keep) else 0.0) + n_w * hold
+    on_host = np.maximum(0.0, held - cap)  # the least amount on host that fits the cap
+    fits = (n_b + n_r + n_w <= m) & (on_host <= n_b * share + EPS)
+    work = (n_b + n_r) * bw + n_w * w
+    z = np.maximum.reduce([f_tail - work, n_r * r, c + on_host * rate - work])
+    return float(max(0.0, z[fits].min()))  # n = 0 everywhere always fits
 
 
 def _golden(f, lo: float, hi: float, steps: int) -> float:
