@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
+from ppsolve.bounds.drain import least_drain
 from ppsolve.bounds.chains import (Chains, _one_microbatch, columns, critical_path, heads_and_tails,  # noqa: F401
                                    longest_from, microbatch_chains)
 from ppsolve.bounds.relaxation import least_costs
@@ -36,6 +37,7 @@ class MakespanBound:
     sequence_bounds: tuple[float, ...] = ()
     recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
     forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
+    drain_bounds: tuple[float, ...] = ()  # load + forced idle, the drain with its recompute and reloads paid
 
     @property
     def binding(self) -> str:
@@ -49,6 +51,8 @@ class MakespanBound:
                        for d, b in enumerate(self.sequence_bounds)]
         candidates += [(b, f"load of device {d} with the recompute its cap forces")
                        for d, b in enumerate(self.recompute_bounds)]
+        candidates += [(b, f"load and forced idle of device {d}, with the recompute and reloads of its drain")
+                       for d, b in enumerate(self.drain_bounds)]
         top = max(c[0] for c in candidates)
         ties = (name for value, name in candidates if value >= top - slack(top))  # ties: the simplest
         return next(ties, candidates[0][1])
@@ -195,6 +199,92 @@ def _device_data(problem: Problem, items: list[tuple[int, int]], recompute: bool
         tuple(forward_allocates(problem, s, j) if recompute else problem.activation.at(s, j) for s, j in items))
 
 
+@dataclass(frozen=True)
+class _IdleParts:
+    """The figures of ``idle_bound``: T >= load + before + after when the first B must start before the
+    last F ends (``adds``), else T >= load + max(before, after)."""
+
+    items: list
+    data: _DeviceData
+    load: float
+    before: float  # least t_B less the F work before it
+    after: float  # least T - t* less the B and W work after it
+    adds: bool
+
+    def total(self, after: float) -> float:
+        return self.load + (self.before + after if self.adds else max(self.before, after))
+
+
+def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | None:
+    """The parts of ``idle_bound`` (None: the device holds no stage)."""
+    stages = problem.stages_of_device[device]
+    if not stages:
+        return None
+    items = chains.items(stages)
+    x, m, cap = _device_data(problem, items), chains.weight, problem.capacity[device]
+    head = min(chains.f_head[i] for i in items)
+    first_b = min(chains.b_head[i] for i in items)
+    f_tail = min(chains.f_tail[i] for i in items)
+    all_f, all_bw = m * sum(x.F), m * sum(x.BW)
+    load = problem.device_load(device)
+    if cap is None:
+        return _IdleParts(items, x, load, max(head, first_b - all_f), f_tail - all_bw, False)
+    link = problem.offload if problem.can_offload else None
+    heads = [chains.f_head[i] for i in items]
+    d2h = link.d2h if link else 0.0
+    front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
+    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
+                                  for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
+    b_tail = min(chains.b_tail[i] for i in items)
+    after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
+    return _IdleParts(items, x, load, before, after, front < all_f - EPS)
+
+
+def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.0) -> float:
+    """``idle_bound`` with the idle after the last F counted with the recompute and reloads that the
+    microbatches the device still holds then bring (``ppsolve.bounds.drain``, where the argument is);
+    0 where the problem has no lever or the device no cap. T >= load + before + after holds with any
+    lower bound on T - t* less the B and W work after t*: the R ops after t* are part of that time.
+    And T >= head + load + that figure whatever t_B: every F, and every B and W not after t*, runs
+    between the device's head and t*.
+
+    The search (``least_drain``) runs only where the figure could exceed ``floor`` (a bound already
+    known): it is at most its value at one choice of what is held, whole activations that fit the cap
+    (no lever used). Elsewhere the figure with 0 for the drain, also valid."""
+    if not (problem.can_recompute or problem.can_offload) or problem.capacity[device] is None:
+        return 0.0
+    parts = _idle_parts(problem, device, chains)
+    if parts is None:
+        return 0.0
+    items = parts.items
+    f_tail = min(chains.f_tail[i] for i in items)
+    head = min(chains.f_head[i] for i in items)
+
+    def bound(drain: float) -> float:
+        return max(parts.total(max(parts.after, drain)), head + parts.load + drain)
+
+    if bound(max(0.0, f_tail - _whole_fill(problem, items, chains.weight))) <= floor:
+        return bound(0.0)
+    c = min(problem.duration(OpKind.B, *i) + chains.b_tail[i] for i in items)
+    return bound(least_drain(problem, items, chains.weight, f_tail, c))
+
+
+def _whole_fill(problem: Problem, items: list, weight: int) -> float:
+    """B and W work that whole activations of ``items`` bring within the cap (a whole number of each, the
+    most work per unit of memory first): one choice of what is held, so the least drain is at most
+    f - this."""
+    room, work = problem.capacity[problem.placement[items[0][0]]], 0.0
+    split = problem.split_backward
+    values = [(problem.duration(OpKind.B, s, j) + (problem.duration(OpKind.W, s, j) if split else 0.0),
+               problem.activation.at(s, j)) for s, j in items]
+    for value, size in sorted(values, key=lambda v: -v[0] / v[1] if v[1] > 0 else -math.inf):
+        take = weight if size <= 0 else min(weight, math.floor(room / size))
+        work, room = work + take * value, room - take * size
+        if room <= 0:
+            break
+    return work
+
+
 def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
     """Load of ``device`` plus the idle time it cannot avoid before its first B and after its last F.
 
@@ -236,27 +326,17 @@ def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
     (``least_starts``, the B's and W's after t*) take the least size, the least gap and the
     largest work over the items, which keeps each inequality; heads and tails are the least.
     """
-    stages = problem.stages_of_device[device]
-    if not stages:
+    parts = _idle_parts(problem, device, chains)
+    if parts is None:
         return 0.0
-    items = chains.items(stages)
-    x, m, cap = _device_data(problem, items), chains.weight, problem.capacity[device]
-    head = min(chains.f_head[i] for i in items)
-    first_b = min(chains.b_head[i] for i in items)
-    f_tail = min(chains.f_tail[i] for i in items)
-    all_f, all_bw = m * sum(x.F), m * sum(x.BW)
-    load = problem.device_load(device)
+    bound = parts.total(parts.after)
+    items, x, cap, m = parts.items, parts.data, problem.capacity[device], chains.weight
     if cap is None:
-        return load + max(head, first_b - all_f, f_tail - all_bw)
-    link = problem.offload if problem.can_offload else None
+        return bound
     heads = [chains.f_head[i] for i in items]
-    d2h = link.d2h if link else 0.0
-    front, before = _idle_before(x, heads, m, cap, head, first_b, d2h)
-    back = min(all_bw, most_work([Group(m, ((k, bw), (h, w)) if w > 0 else ((k, bw),))
-                                  for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
-    b_tail = min(chains.b_tail[i] for i in items)
-    after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    bound = load + (before + after if front < all_f - EPS else max(before, after))
+    head, first_b = min(heads), min(chains.b_head[i] for i in items)
+    d2h = problem.offload.d2h if problem.can_offload else 0.0
+    load = parts.load
     if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
         whole = _device_data(problem, items, recompute=False)
         bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
@@ -342,9 +422,11 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     sequence = sequence_bounds(least, *_one_microbatch(least, microbatch=0))
     forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
-    return MakespanBound(max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0),
-                             max(recompute), path),
-                         devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced))
+    floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)
+    drain = tuple(drain_bound(problem, d, chains, floor) for d in range(problem.devices))
+    return MakespanBound(max(floor, max(drain)),
+                         devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced),
+                         drain)
 
 
 def min_capacity(problem: Problem, offload: bool = False, recompute: bool = False) -> list[float]:

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             "idle_bounds": list(bound.idle_bounds), "admission_bounds": list(bound.admission_bounds),
             "sequence_bounds": list(bound.sequence_bounds),
             "recompute_bounds": list(bound.recompute_bounds), "forced_recompute": list(bound.forced_recompute),
+            "drain_bounds": list(bound.drain_bounds),
             "critical_path": bound.critical_path,
             "min_capacity": {"no_offload": no_off, "offload": with_off, "all_levers": with_rec},
             "capacity": list(problem.capacity), "feasible": True,
@@ -115,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
               + ", ".join(f"{b:g}" for b in bound.recompute_bounds))
         print("  least recompute time per device in a schedule that short (forced by its cap): "
               + ", ".join(f"{r:.4g}" for r in bound.forced_recompute))
+    if any(bound.drain_bounds):
+        print("  per device (load + forced idle, the recompute and reloads after the last F paid for): "
+              + ", ".join(f"{b:g}" for b in bound.drain_bounds))
     if split is not None:
         print(_split_line(split))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
