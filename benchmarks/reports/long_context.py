@@ -18,7 +18,8 @@ balanced critical cost: ``costmodel.batch.form_microbatches``, what ``ppsolve pr
 each packing is scheduled by 1F1B, ZB-H1 and interleaved 1F1B (microbatches in data order), by
 ``ppsolve.solve(problem, time_limit=--plan-time, threads=1)`` (the per-step plan), by a ``--solve-time``
 solve (1 thread, from the plan) on the first ``--solve-batches`` batches, and bounded by
-``makespan_lower_bound`` (or the solve's bound, when higher). Every schedule is checked. Ratios are per batch, to data-order packing with data-order 1F1B, then averaged.
+``makespan_lower_bound`` (or the solve's bound, when higher). Every schedule is checked. Ratios are per
+batch, to data-order packing with data-order 1F1B, then averaged.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import ppsolve
 from benchmarks import harness
@@ -193,8 +193,8 @@ def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float,
              "document-masked attention. Step time: mean over the batches in s, ±standard deviation, (mean "
              "ratio to data-order packing with data-order 1F1B of the same batch). "
              f"Plan = `ppsolve.solve(problem, time_limit={plan_time:g}, threads=1)`; the {solve_time:g} s solve "
-             f"(1 thread, started from the plan) ran on the first {solve_batches} batches of each budget only; bound = the best lower "
-             "bound known (the analytic bound, or the solve's).", ""]
+             f"(1 thread, started from the plan) ran on the first {solve_batches} batches of each budget only; "
+             "bound = the best lower bound known (the analytic bound, or the solve's).", ""]
     heads = ["tokens/microbatch", "packing", *(c for c, _ in COLUMNS), f"plan {plan_time:g} s",
              f"{solve_time:g} s solve ({solve_batches} batches)", "bound"]
     lines += harness.table(heads)
@@ -255,8 +255,8 @@ def _layers(layers) -> str:
 
 def figures_of(setups: list[Setup], rows: list[Row]) -> dict:
     """What ``--json`` writes and ``--render`` reads."""
-    return {"setups": [{"budget": s.budget, "microbatches": s.microbatches, "partitions": s.partitions} for s in setups],
-            "rows": [asdict(r) for r in rows]}
+    return {"setups": [{"budget": s.budget, "microbatches": s.microbatches, "partitions": s.partitions}
+                       for s in setups], "rows": [asdict(r) for r in rows]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,15 +3,16 @@
 A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
 (:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
 candidates: on a per-microbatch problem the memory-aware list scheduler in a few microbatch orders
-(:func:`ordered_greedy`: the cheapest at both ends, shortest first with a falling tail, sorted), a first answer in milliseconds when there is none yet (1F1B, else the serial
-plan), then the warm start's baselines and plans (``ppsolve.solvers.warm_start``). In the rest it
-improves the shortest: on a per-microbatch problem the microbatches change slots (two swap, one moves,
-or one of the costliest moves to the first or last slot), and a move that shortens the plan within
-every capacity is kept. When the shortest is the list scheduler's, each move (two neighbours or any two
-swap, one moves) plans anew with it (:func:`greedy_search`); then, keeping each device's op order, the plan is timed by the simulator
-(:func:`order_search`); both are seeded by ``SolveOptions.seed``. A schedule that recomputes or offloads
-drops what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is checked like every
-solve's; its lower bound is the busiest device's compute (:func:`load_bound`).
+(:func:`ordered_greedy`: the cheapest at both ends, shortest first with a falling tail, sorted), a first
+answer in milliseconds when there is none yet (1F1B, else the serial plan), then the warm start's
+baselines and plans (``ppsolve.solvers.warm_start``). In the rest it improves the shortest: on a
+per-microbatch problem the microbatches change slots, and a move that shortens the plan within every
+capacity is kept. When the shortest is the list scheduler's, each move (two neighbours or any two swap,
+one moves) plans anew with it (:func:`greedy_search`); then, keeping each device's op order, two swap,
+one moves, or one of the costliest moves to the first or last slot, and the plan is timed by the
+simulator (:func:`order_search`); both are seeded by ``SolveOptions.seed``. A schedule that recomputes
+or offloads drops what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is
+checked like every solve's; its lower bound is the busiest device's compute (:func:`load_bound`).
 
 Deterministic mode (``threads=1``): the number of candidates and of moves tried follow from the time
 limit and the problem's size, never the clock; the clock is the guard (the result then says that it
