@@ -1,7 +1,8 @@
 """Long-context study: a plan per training step against packing in data order and the published schedules.
 
     python -m benchmarks.reports.long_context [--batches 20] [--plan-time 0.25] [--solve-time 60]
-        [--solve-batches 4] [--lengths 32768,65536,131072] [--section FILE] [--json FILE] [--render FILE]
+        [--solve-batches 4] [--lengths 32768,65536,131072] [--section FILE] [--table FILE] [--json FILE]
+        [--render FILE]
 
 A Llama-3-8B-like model (models/transformers/llama-3-8b-like.json) on 8 H100s, one GPU per pipeline rank,
 split backward, memory not capped (at 128K tokens one microbatch's activations on a stage exceed an
@@ -26,11 +27,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import ppsolve
 from benchmarks import harness
@@ -183,9 +186,9 @@ COLUMNS = [("1F1B", lambda r: r.schedules.get("1f1b")), ("ZB-H1", lambda r: r.sc
 
 def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float, solve_time: float | None,
            solve_batches: int) -> str:
-    """BENCHMARKS.md's section: one table of step times, one of packing and planning time, the targets."""
+    """The whole report (``--table``): one table of step times, one of packing and planning time, the targets."""
     batches = len({r.batch for r in rows})
-    lines = ["## Long context: a plan per step against packing in data order", "",
+    lines = ["# Long context: a plan per step against packing in data order", "",
              f"`{command}`, one run on the shared 2-core build machine (other jobs running: wall times are "
              "upper bounds). Llama-3-8B-like on 8 H100s (one GPU per pipeline rank, split backward, memory not "
              f"capped), {batches} batches per token budget, each 32 microbatches in data order; document lengths "
@@ -204,7 +207,7 @@ def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float,
             solved = [r for r in mine if r.batch < solve_batches]
             cells = [_cell_of(mine, packing, pick) for _, pick in COLUMNS]
             cells += [_cell_of(mine, packing, lambda r: r.plan),
-                      _cell_of(solved, packing, lambda r: r.solve), _cell_of(mine, packing, lambda r: r.bound)]
+                      _solved_cell(solved, packing), _cell_of(mine, packing, lambda r: r.bound)]
             lines.append(harness.row([f"{setup.budget // 1024}K", packing, *cells]))
     lines += ["", "Packing and planning: imbalance = costliest microbatch x count / total critical cost (floor: "
               "the costliest single document's, which no packing without splitting goes below); times per step "
@@ -224,6 +227,28 @@ def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float,
                                   _range([r.pack_s for r in by["balance"]]),
                                   _range([r.build_s for r in mine]), _range([r.plan_s for r in mine])]))
     return "\n".join(lines + ["", targets(rows)])
+
+
+def section(rows: list[Row], command: str, table_link: str | None) -> str:
+    """BENCHMARKS.md's summary: the mean ratios per budget, the targets, the link to the whole report."""
+    budgets = sorted({r.budget for r in rows})
+
+    def means(packing: str, pick) -> str:
+        mine = lambda r: pick(r) if r.packing == packing else None  # noqa: E731
+        return "/".join(f"{statistics.fmean(_ratios([r for r in rows if r.budget == b], mine)):.3f}" for b in budgets)
+
+    lines = ["## Long context: a plan per step against packing in data order", "",
+             f"`{command}`, one run on the shared 2-core machine: Llama-3-8B-like on 8 H100s, "
+             f"{'/'.join(f'{b // 1024}K' for b in budgets)} tokens per microbatch, long-tailed documents, "
+             "document-masked attention. Mean step time over data-order packing with data-order 1F1B: "
+             f"balanced packing with 1F1B {means('balance', lambda r: r.schedules.get(BASE))}, with ZB-H1 "
+             f"{means('balance', lambda r: r.schedules.get('zb-h1'))}; the per-step plan with data-order packing "
+             f"{means('sequential', lambda r: r.plan)}, with balanced packing {means('balance', lambda r: r.plan)}; "
+             f"the bound {means('sequential', lambda r: r.bound)} (data order), "
+             f"{means('balance', lambda r: r.bound)} (balanced).", "", targets(rows)]
+    if table_link:
+        lines += ["", f"Every figure, and the imbalance and time to plan per budget: [{table_link}]({table_link})."]
+    return "\n".join(lines)
 
 
 def targets(rows: list[Row]) -> str:
@@ -249,14 +274,31 @@ def _cell_of(rows: list[Row], packing: str, pick) -> str:
     return _cell(rows, lambda r: pick(r) if r.packing == packing else None)
 
 
+def _solved_cell(rows: list[Row], packing: str) -> str:
+    """:func:`_cell_of` the long solve, with the plan's and the bound's mean ratios on the same batches."""
+    cell = _cell_of(rows, packing, lambda r: r.solve)
+    solved = [r for r in rows if r.packing == packing and r.solve is not None]
+    if not solved:
+        return cell
+
+    def mean(pick) -> float:
+        return statistics.fmean(_ratios(rows, lambda r: pick(r) if r.packing == packing else None))
+
+    proven = sum(r.solve_status == "optimal" for r in solved)
+    return (f"{cell[:-1]}; plan {mean(lambda r: r.plan):.3f}, bound {mean(lambda r: r.bound):.3f} on these; "
+            f"{proven} of {len(solved)} proven)")
+
+
 def _layers(layers) -> str:
     return ",".join(map(str, layers))
 
 
-def figures_of(setups: list[Setup], rows: list[Row]) -> dict:
-    """What ``--json`` writes and ``--render`` reads."""
-    return {"setups": [{"budget": s.budget, "microbatches": s.microbatches, "partitions": s.partitions}
-                       for s in setups], "rows": [asdict(r) for r in rows]}
+def figures_of(setups: list[Setup], rows: list[Row], command: str, options: dict) -> dict:
+    """What ``--json`` writes and ``--render`` reads: the command that measured them, its time options, the
+    setups and the rows."""
+    return {"command": command, "options": options, "rows": [asdict(r) for r in rows],
+            "setups": [{"budget": s.budget, "microbatches": s.microbatches, "partitions": s.partitions}
+                       for s in setups]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,11 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan-time", type=float, default=0.25, help="the per-step plan's time limit, s")
     parser.add_argument("--solve-time", type=float, default=60.0, help="the long solve's time limit, s (0: none)")
     parser.add_argument("--solve-batches", type=int, default=4, help="batches per budget the long solve runs on")
+    parser.add_argument("--table", type=Path, help="write the whole report (Markdown) here; the section links it")
     args = parser.parse_args(argv)
+    command = harness.command(__spec__, *(sys.argv[1:] if argv is None else argv))
+    options = {"plan_time": args.plan_time, "solve_time": args.solve_time, "solve_batches": args.solve_batches}
     if args.render:
         figures = json.loads(args.render.read_text())
         setups = [Setup.make(x["budget"], x["microbatches"], x["partitions"]) for x in figures["setups"]]
-        rows = [Row(**r) for r in figures["rows"]]
+        rows, command, options = [Row(**r) for r in figures["rows"]], figures["command"], figures["options"]
     else:
         setups = [Setup.make(int(n), args.microbatches) for n in args.lengths.split(",")]
         rows = []
@@ -281,16 +326,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows += measure_batch(setup, k, args.plan_time, solve)
                 print(json.dumps(asdict(rows[-2])), json.dumps(asdict(rows[-1])), sep="\n", flush=True)
                 if args.json:
-                    write_json_atomic(args.json, figures_of(setups, rows))
-    given = list(sys.argv[1:] if argv is None else argv)
-    if args.render:
-        at = given.index("--render")
-        given[at:at + 2] = [] if "--json" in given else ["--json", str(args.render)]
-    text = report(rows, setups, harness.command(__spec__, *given), args.plan_time, args.solve_time,
-                  args.solve_batches)
+                    write_json_atomic(args.json, figures_of(setups, rows, command, options))
+    text = report(rows, setups, command, **options)
     print(text)
+    if args.table:
+        harness.write_section(args.table, text)
     if args.section:
-        harness.write_section(args.section, text)
+        link = None if args.table is None else os.path.relpath(args.table, ROOT)
+        harness.write_section(args.section, section(rows, command, link))
     return 0
 
 

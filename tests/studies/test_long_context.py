@@ -41,13 +41,14 @@ def test_the_command_writes_its_section_and_renders_it_again(tmp_path, monkeypat
     from benchmarks.reports import long_context
 
     monkeypatch.setattr(long_context, "rank_partitions", lambda make, start: ([SimpleNamespace(partition=start)], 1))
-    section, figures = tmp_path / "section.md", tmp_path / "figures.json"
+    section, table, figures = tmp_path / "section.md", tmp_path / "table.md", tmp_path / "figures.json"
     args = ["--batches", "2", "--microbatches", "8", "--lengths", str(BUDGET), "--plan-time", "0.05",
             "--solve-time", "0.3", "--solve-batches", "1"]
-    assert main(args + ["--section", str(section), "--json", str(figures)]) == 0
-    text = section.read_text()
-    assert "| 8K | sequential |" in text and "| 8K | balance |" in text and "Targets at 8K" in text
+    assert main(args + ["--section", str(section), "--table", str(table), "--json", str(figures)]) == 0
+    whole = table.read_text()
+    assert "| 8K | sequential |" in whole and "| 8K | balance |" in whole and "Targets at 8K" in whole
+    assert "Targets at 8K" in section.read_text() and "table.md)" in section.read_text()
     assert len(json.loads(figures.read_text())["rows"]) == 4
     again = tmp_path / "again.md"
-    assert main(args + ["--render", str(figures), "--section", str(again)]) == 0
-    assert again.read_text().splitlines()[3:] == text.splitlines()[3:]  # the same figures; the command differs
+    assert main(["--render", str(figures), "--table", str(again)]) == 0
+    assert again.read_text() == whole  # the same figures, options and the command that measured them
