@@ -70,7 +70,7 @@ def _moves(candidate: Candidate) -> list[Partition]:
     from the stage with the most work to any other (2S + S moves, not S^2)."""
     layers, problem = candidate.partition.layers, candidate.problem
     last = len(layers) - 1
-    work = [sum(problem.duration(kind, s) for kind in problem.kinds) for s in range(len(layers))]
+    work = [problem.stage_load(s) for s in range(len(layers))]
     heaviest = max(range(len(layers)), key=lambda s: (work[s], layers[s]))
     pairs = {(a, a + step) for a in range(len(layers)) for step in (-1, 1) if 0 <= a + step <= last}
     pairs |= {(heaviest, b) for b in range(len(layers)) if b != heaviest}

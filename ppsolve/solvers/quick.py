@@ -3,14 +3,16 @@
 A solve with a time limit below ``QuickSettings.below`` seconds that cannot pay for building its model
 (:func:`model_pays_off`) never imports a backend. In ``warm_start_share`` of the time limit it collects
 candidates: on a per-microbatch problem the memory-aware list scheduler in a few microbatch orders
-(:func:`ordered_greedy`), a first answer in milliseconds when there is none yet (1F1B, else the serial
-plan), then the warm start's baselines and plans (``ppsolve.solvers.warm_start``). In the rest it
-improves the shortest: on a per-microbatch problem, keeping each device's op order, the microbatches
-change slots (two swap, one moves, or one of the costliest moves to the first or last slot), the plan
-is timed by the simulator, and a move that shortens it within every capacity is kept
-(:func:`order_search`; seeded by ``SolveOptions.seed``); a schedule that recomputes or offloads drops
-what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is checked like every
-solve's; its lower bound is the busiest device's compute (:func:`load_bound`).
+(:func:`ordered_greedy`: the cheapest at both ends, shortest first with a falling tail, sorted), a first
+answer in milliseconds when there is none yet (1F1B, else the serial plan), then the warm start's
+baselines and plans (``ppsolve.solvers.warm_start``). In the rest it improves the shortest: on a
+per-microbatch problem the microbatches change slots, and a move that shortens the plan within every
+capacity is kept. When the shortest is the list scheduler's, each move (two neighbours or any two swap,
+one moves) plans anew with it (:func:`greedy_search`); then, keeping each device's op order, two swap,
+one moves, or one of the costliest moves to the first or last slot, and the plan is timed by the
+simulator (:func:`order_search`); both are seeded by ``SolveOptions.seed``. A schedule that recomputes
+or offloads drops what its makespan does not need instead (``ppsolve.solvers.shed``). The answer is
+checked like every solve's; its lower bound is the busiest device's compute (:func:`load_bound`).
 
 Deterministic mode (``threads=1``): the number of candidates and of moves tried follow from the time
 limit and the problem's size, never the clock; the clock is the guard (the result then says that it
@@ -46,6 +48,7 @@ NAME = "quick"  # the schedule's method name
 FIRST = "1f1b"  # the quickest baseline to build
 GREEDY = "greedy"  # the baseline the quick path runs in other microbatch orders (it keeps the caps by itself)
 SHORT_ENDS = "short-ends"
+FALLING_TAILS = (4, 3, 6)  # the falling tails tried besides d - 1 (the d = 8 problems of instances/per-microbatch)
 
 
 def load_bound(problem: Problem) -> float:
@@ -71,6 +74,21 @@ def short_ends(problem: Problem) -> list[int]:
     return ranked[1::2] + ranked[0::2][::-1]
 
 
+def falling_tail(problem: Problem, k: int) -> list[int]:
+    """Shortest first, but the costliest ``k`` last in falling order: the pipeline fills behind the cheapest
+    microbatches, and its drain ends behind cheaper ones than the costliest."""
+    ranked = shortest_first(problem)
+    return ranked[:-k] + ranked[-k:][::-1]
+
+
+def greedy_orders(problem: Problem) -> list[tuple[str, list[int]]]:
+    """The microbatch orders :func:`ordered_greedy` runs, by name, likeliest best first: :func:`short_ends`, the
+    falling tails of ``FALLING_TAILS`` and d - 1, shortest first, longest first."""
+    tails = dict.fromkeys(k for k in (*FALLING_TAILS, problem.devices - 1) if 1 < k < problem.microbatches)
+    return [(SHORT_ENDS, short_ends(problem)), *((f"falling-tail-{k}", falling_tail(problem, k)) for k in tails),
+            ("shortest-first", shortest_first(problem)), ("longest-first", longest_first(problem))]
+
+
 def first_answer(problem: Problem, out: list[Schedule]) -> list[Schedule]:
     """An answer in milliseconds, appended to ``out``: 1F1B in data order where it applies and fits, else the
     serial plan (which fits whenever any schedule does without levers)."""
@@ -82,17 +100,17 @@ def first_answer(problem: Problem, out: list[Schedule]) -> list[Schedule]:
 
 def ordered_greedy(problem: Problem, until: Callable[[], bool], out: list[Schedule]) -> list[Schedule]:
     """On a per-microbatch problem, the memory-aware list scheduler (the ``greedy`` baseline) with its
-    microbatches in the orders ``short_ends``, shortest first and longest first (one build each, until
-    ``until()``), appended to ``out`` when they pass the checker."""
+    microbatches in the orders of :func:`greedy_orders` (one build each, until ``until()``), appended to
+    ``out`` when they pass the checker."""
     greedy = get_baseline(GREEDY)
     if not problem.per_microbatch or greedy.why_not(problem) is not None:
         return out
     options = RunOptions(threads=1, seed=0, quiet=True, warm_start="none")
-    for name, order in ((SHORT_ENDS, short_ends), ("shortest-first", shortest_first), ("longest-first", longest_first)):
+    for name, order in greedy_orders(problem):
         if until():
             break
         try:
-            schedule = in_order(greedy, problem, order(problem), options, f"{GREEDY}@{name}")
+            schedule = in_order(greedy, problem, order, options, f"{GREEDY}@{name}")
         except PpsolveError:
             continue
         if acceptable(schedule):
@@ -196,6 +214,22 @@ def moved_slots(slots: list[int], work: tuple[float, ...], rng: random.Random) -
     return new
 
 
+def nearby_slots(slots: list[int], rng: random.Random) -> list[int]:
+    """Another slot order near ``slots``: two neighbours swap, any two swap, or one moves to another slot (the
+    moves that shorten the list scheduler's plans; a costliest one to an end seldom does)."""
+    new, m, kind = list(slots), len(slots), rng.randrange(3)
+    if kind == 0:
+        a = rng.randrange(m - 1)
+        new[a], new[a + 1] = new[a + 1], new[a]
+    elif kind == 1:
+        a, b = rng.sample(range(m), 2)
+        new[a], new[b] = new[b], new[a]
+    else:
+        a, b = rng.sample(range(m), 2)
+        new.insert(b, new.pop(a))
+    return new
+
+
 def order_search(start: Schedule, seed: int, until: float | None, max_tries: int | None) -> Searched:
     """``start`` in other microbatch orders where that shortens it (see the module doc): each device keeps
     its op order, and the microbatch of each slot (:func:`slot_order`) changes by one move of
@@ -227,6 +261,35 @@ def order_search(start: Schedule, seed: int, until: float | None, max_tries: int
     return Searched(best, tried, kept, False)
 
 
+def greedy_search(start: Schedule, seed: int, until: float | None, max_tries: int | None) -> Searched:
+    """``start``, a schedule of the list scheduler (:func:`ordered_greedy`), planned anew by it in other
+    microbatch orders where that shortens it: its order changes by one move of :func:`nearby_slots` at a time,
+    and a plan shorter within every capacity is kept. ``until`` (``time.monotonic()``) and ``max_tries`` end
+    it; the best is not checked yet."""
+    problem, order = start.problem, start.method.params.get("microbatch_order")
+    work = problem.microbatch_work
+    if not start.method.name.startswith(GREEDY + "@") or order is None or len(set(work)) < 2:
+        return Searched(start, 0, 0, False)
+    greedy = get_baseline(GREEDY)
+    options = RunOptions(threads=1, seed=0, quiet=True, warm_start="none")
+    rng = random.Random(seed)
+    best, tried, kept = start, 0, 0
+    while max_tries is None or tried < max_tries:
+        if until is not None and time.monotonic() >= until:
+            return Searched(best, tried, kept, True)
+        new = nearby_slots(order, rng)
+        tried += 1
+        if all(work[a] == work[b] for a, b in zip(order, new)):
+            continue  # equal microbatches trade places: nothing changes
+        try:
+            schedule = in_order(greedy, problem, new, options, start.method.name)
+        except PpsolveError:
+            continue
+        if schedule.makespan < best.makespan - EPS and _fits(problem, schedule):
+            best, order, kept = schedule, new, kept + 1
+    return Searched(best, tried, kept, False)
+
+
 def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[str]) -> tuple[Schedule, int, int]:
     """The order search from ``warm``, or the levers it can do without dropped: (best, checked; moves tried, kept)."""
     until = budget.deadline - budget.reserve
@@ -239,16 +302,19 @@ def _improve(warm: Schedule, options: SolveOptions, budget: Budget, notes: list[
                          f"offloaded {warm.offloaded:g} -> {shed.offloaded:g}")
             return shed, 0, 0
         return warm, 0, 0
-    tries = int(options.settings.quick.tries_per_op_second * share // max(1, len(warm.ops))) \
-        if budget.deterministic else None
-    searched = order_search(warm, options.seed, until, tries)
-    if budget.deterministic and searched.by_clock:
+    knobs, ops = options.settings.quick, max(1, len(warm.ops))
+    tries = lambda per_op_second: int(per_op_second * share // ops) if budget.deterministic else None  # noqa: E731
+    replanned = greedy_search(warm, options.seed, until, tries(knobs.greedy_tries_per_op_second))
+    searched = order_search(replanned.best, options.seed, until, tries(knobs.tries_per_op_second))
+    tried, kept = replanned.tried + searched.tried, replanned.kept + searched.kept
+    if budget.deterministic and (replanned.by_clock or searched.by_clock):
         notes.append("the wall clock ended the order search: this run may not be reproducible")
     if searched.best is not warm and check(searched.best).ok:
-        notes.append(f"order search: {searched.kept} of {searched.tried} moves of microbatches shortened it "
-                     f"({warm.makespan:g} -> {searched.best.makespan:g})")
-        return searched.best, searched.tried, searched.kept
-    return warm, searched.tried, searched.kept
+        notes.append(f"order search: {kept} of {tried} moves of microbatches shortened it "
+                     f"({warm.makespan:g} -> {searched.best.makespan:g}; {replanned.kept} of {replanned.tried} "
+                     "planned anew by the list scheduler)")
+        return searched.best, tried, kept
+    return warm, tried, kept
 
 
 def quick_solve(problem: Problem, options: SolveOptions, budget: Budget) -> SolveResult:

@@ -122,6 +122,8 @@ class QuickSettings:
     # deterministic mode: the order search tries this many orders per op-second of its share (a try is one
     # simulation, about 2 microseconds per op on the bench machine)
     tries_per_op_second: int = 100_000
+    # ... and the search that plans each order anew with the list scheduler (a build costs about 9 simulations)
+    greedy_tries_per_op_second: int = 11_000
 
 
 @dataclass(frozen=True)

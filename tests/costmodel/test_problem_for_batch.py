@@ -52,3 +52,23 @@ def test_bad_pack():
     with pytest.raises(InputError, match="pack"):
         problem_for_batch(load_transformer(LLAMA), hardware_of_gpu("H100"), Layout(devices=2, microbatches=1),
                           [100], pack="tight")
+
+
+@needs_v4
+def test_the_partition_search_ranks_per_microbatch_problems():
+    # documents of different lengths: the stage with the most work is found over all microbatches
+    from itertools import product
+
+    from ppsolve.bounds import makespan_lower_bound
+    from ppsolve.costmodel import Partition, transformer_from_dict
+    from ppsolve.costmodel.documents import build_documents_problem
+    from ppsolve.costmodel.search import rank_partitions
+
+    model = transformer_from_dict({**json.loads(LLAMA.read_text()), "layers": 8})
+    hw, layout = hardware_of_gpu("H100"), Layout(devices=3, microbatches=1, capacity=None)
+    batch = [[8192], [4096, 2048, 2048], [512] * 16, [6000, 100]]
+    make = lambda p: build_documents_problem(model, hw, layout, p, batch)  # noqa: E731
+    assert make(even_partition(8, 3)).per_microbatch
+    ranked, _ = rank_partitions(make, even_partition(8, 3))
+    every = [Partition(c) for c in product(range(9), repeat=3) if sum(c) == 8 and c[1]]
+    assert ranked[0].bound == pytest.approx(min(makespan_lower_bound(make(p)).value for p in every))

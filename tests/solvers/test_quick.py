@@ -14,8 +14,8 @@ from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers.api import NoSolutionError, SolveOptions
 from ppsolve.solvers.phases import model_ops, solve
-from ppsolve.solvers.quick import (device_orders, first_answer, model_pays_off, moved_slots, order_search,
-                                   ordered_greedy, short_ends, slot_order)
+from ppsolve.solvers.quick import (device_orders, falling_tail, first_answer, greedy_search, model_pays_off,
+                                   moved_slots, nearby_slots, order_search, ordered_greedy, short_ends, slot_order)
 from tests.helpers import ROOT, make_problem, one_f_one_b_orders
 
 PER_MICROBATCH = ROOT / "instances" / "per-microbatch" / "example.json"
@@ -90,12 +90,44 @@ def test_short_ends_puts_the_cheapest_at_both_ends():
     assert max(work) == work[order[len(order) // 2 - 1]] or max(work) == work[order[len(order) // 2]]
 
 
+def test_falling_tail_sorts_rising_then_the_costliest_k_falling():
+    problem = load_problem(PER_MICROBATCH)
+    work = problem.microbatch_work
+    order = falling_tail(problem, 3)
+    assert sorted(order) == list(range(problem.microbatches))
+    costs = [work[j] for j in order]
+    assert costs[:-3] == sorted(costs[:-3]) and costs[-3:] == sorted(costs[-3:], reverse=True)
+    assert min(costs[-3:]) >= max(costs[:-3])
+
+
+def test_the_list_scheduler_search_never_lengthens_and_repeats_itself():
+    problem = load_problem(ROOT / "instances" / "per-microbatch" / "dynapipe-d8-m16-s0.8-k0.json")
+    start = ordered_greedy(problem, lambda: False, [])[0]
+    found = greedy_search(start, 0, None, 12)
+    assert found.tried == 12 and found.best.makespan <= start.makespan
+    assert sorted(found.best.method.params["microbatch_order"]) == list(range(problem.microbatches))
+    assert check(found.best).ok
+    again = greedy_search(start, 0, None, 12)
+    assert again.best.ops == found.best.ops and again.kept == found.kept
+    other = first_answer(problem, [])[0]  # not the list scheduler's: nothing to plan anew
+    assert greedy_search(other, 0, None, 5) == (other, 0, 0, False)
+
+
+def test_nearby_moves_keep_every_microbatch():
+    import random
+
+    rng, slots = random.Random(1), list(range(6))
+    moved = [nearby_slots(slots, rng) for _ in range(100)]
+    assert all(sorted(new) == slots for new in moved) and any(new != slots for new in moved)
+
+
 def test_first_answer_and_the_ordered_list_schedules_pass_the_checker():
     problem = load_problem(PER_MICROBATCH)
     found = first_answer(problem, [])
     assert len(found) == 1 and check(found[0]).ok
     ordered = ordered_greedy(problem, lambda: False, [])
-    assert [s.method.name for s in ordered] == ["greedy@short-ends", "greedy@shortest-first", "greedy@longest-first"]
+    assert [s.method.name for s in ordered] == ["greedy@" + name for name in (
+        "short-ends", "falling-tail-4", "falling-tail-3", "falling-tail-6", "shortest-first", "longest-first")]
     assert all(check(s).ok for s in ordered)
     assert ordered_greedy(make_problem(devices=2, microbatches=4), lambda: False, []) == []  # equal microbatches
 
