@@ -30,6 +30,7 @@ the foundation's bound is reported.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ppsolve.bounds import makespan_lower_bound, min_capacity, require_feasible_capacity
 from ppsolve.checker import check
@@ -222,6 +223,7 @@ def _warm_start(run: Run) -> Schedule | None:
             found.append(given_warm_start(problem, schedule))
         except InputError as exc:
             run.notes.append(f"a schedule to start from was left out: {exc}")
+    found += _quick_start(run)
     warm = shortest(list(found))
     run.abandoned = run.abandoned or cut
     if cut and budget.deterministic:
@@ -240,6 +242,24 @@ def _warm_start(run: Run) -> Schedule | None:
     if warm is not None:
         run.progress.message(f"warm start {warm.method.name}: makespan {warm.makespan:g}")
     return warm
+
+
+def _quick_start(run: Run) -> list[Schedule]:
+    """On a per-microbatch problem with the automatic warm start, the quick path's answer in
+    ``QuickSettings.as_warm_start`` seconds (its microbatch orders and their search), so that a long
+    solve never ends above what a short one answers; nothing for other problems."""
+    options, problem = run.options, run.problem
+    seconds = min(options.settings.quick.as_warm_start, 0.1 * options.time_limit)
+    if not problem.per_microbatch or options.warm_start != "auto" or options.warm_schedule is not None \
+            or seconds <= 0 or run.budget.left() < 2 * seconds:
+        return []
+    quick_options = replace(options, time_limit=seconds, also_start_from=(), started=None, keep_after=0.0)
+    try:
+        answer = quick_solve(problem, quick_options, Budget(seconds, options.deterministic,
+                                                             settings=options.settings.budget))
+    except PpsolveError:
+        return []
+    return [answer.schedule]
 
 
 def _infeasible(problem: Problem) -> InfeasibleError:

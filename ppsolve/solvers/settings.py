@@ -124,6 +124,9 @@ class QuickSettings:
     tries_per_op_second: int = 100_000
     # ... and the search that plans each order anew with the list scheduler (a build costs about 9 simulations)
     greedy_tries_per_op_second: int = 11_000
+    # a full solve of a per-microbatch problem first runs the quick path this long (at most a tenth of its
+    # limit) and starts from the better of its answer and the warm start's
+    as_warm_start: float = 0.5
 
 
 @dataclass(frozen=True)

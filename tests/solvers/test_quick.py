@@ -142,3 +142,13 @@ def test_a_move_changes_slots_but_keeps_every_microbatch():
     assert any(new[0] in (4, 6) or new[-1] in (4, 6) for new in moved if new != slots)  # a costliest one to an end
     start = _start()
     assert sorted(slot_order(start)) == list(range(start.problem.microbatches))
+
+
+def test_a_full_solve_of_a_per_microbatch_problem_starts_from_the_quick_answer():
+    """A solve long enough for the model runs the quick path first (its own 0.5 s), so it never ends above it."""
+    problem = load_problem(ROOT / "instances" / "per-microbatch" / "dynapipe-d8-m32-s0.8-k0.json")
+    short = solve(problem, SolveOptions(time_limit=0.5, threads=1))
+    long = solve(problem, SolveOptions(time_limit=6, threads=1))
+    assert check(long.schedule).ok
+    assert long.schedule.makespan <= short.schedule.makespan + 1e-6
+    assert long.warm_start.makespan <= short.schedule.makespan + 1e-6
