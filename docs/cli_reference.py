@@ -144,7 +144,7 @@ def _section(name: str, helptext: str, parser: argparse.ArgumentParser) -> str:
     return "\n".join(parts)
 
 
-def _commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
+def every_command() -> list[tuple[str, str, argparse.ArgumentParser]]:
     root = build_parser()
     sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help or "" for choice in sub._choices_actions}
@@ -153,7 +153,7 @@ def _commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
 
 def markdown() -> str:
     """docs/cli.md as it should read."""
-    commands = _commands()
+    commands = every_command()
     index = "| command | what it does |\n|---|---|\n" + "".join(
         f"| [`{name}`](#ppsolve-{name}) | {_cell(helptext)} |\n" for name, helptext, _ in commands)
     return "\n".join([HEADER, index] + [_section(*command) for command in commands])

@@ -225,7 +225,7 @@ def solver_compare_section(table: Path) -> str:
     return "\n".join(["## CP-SAT against the MILP", "", intro, "", body, ""])
 
 
-def _compact(placed: list[str]) -> list[str]:
+def compact(placed: list[str]) -> list[str]:
     """Sections that are only a heading and a link become one list item each."""
     items = []
     for text in placed:
@@ -277,7 +277,7 @@ def build(results: Path, frontiers: list[Path], out: Path, instances: Path,
         place.place("all-runs", "### All runs\n\n" + markdown_table(rows)),
         place.place("problems", "### Problems\n\n" + problems_table(labels, instances)),
     ]
-    parts[-3:] = _compact(parts[-3:])
+    parts[-3:] = compact(parts[-3:])
     if frontiers:
         parts += ["## Memory/time frontiers", ""]
         for image in frontiers:

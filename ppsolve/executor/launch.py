@@ -78,7 +78,7 @@ def _rank_main(job: Job | list[Job], rank: int, world: int, init_method: str, lo
         dist.destroy_process_group()
 
 
-def _child(job: Job | list[Job], rank: int, world: int, init_method: str, folder: str) -> None:
+def run_child(job: Job | list[Job], rank: int, world: int, init_method: str, folder: str) -> None:
     if hasattr(signal, "SIGUSR1"):  # the parent asks a rank still running where it is
         faulthandler.register(signal.SIGUSR1, file=open(Path(folder) / f"stack-{rank}.txt", "w"), all_threads=True)
     try:
@@ -91,7 +91,7 @@ def _child(job: Job | list[Job], rank: int, world: int, init_method: str, folder
         os._exit(1)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -101,9 +101,9 @@ def launch(job: Job | list[Job], world: int) -> list:
     """Run ``job`` on ``world`` spawned ranks; return every rank's result (rank order); for a
     list of jobs, every rank's list of results (one per job)."""
     context = multiprocessing.get_context("spawn")
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    init_method = f"tcp://127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory(prefix="ppsolve-run-") as folder:
-        procs = [context.Process(target=_child, args=(job, rank, world, init_method, folder), daemon=True,
+        procs = [context.Process(target=run_child, args=(job, rank, world, init_method, folder), daemon=True,
                                  name=f"ppsolve-rank-{rank}") for rank in range(world)]
         for proc in procs:
             proc.start()
@@ -116,7 +116,7 @@ def launch(job: Job | list[Job], world: int) -> list:
             while any(p.exitcode is None for p in procs):
                 failed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if failed:
-                    raise ExecutionError(_first_failure(folder, failed, procs) + _still_running(folder, procs))
+                    raise ExecutionError(_first_failure(folder, failed, procs) + still_running(folder, procs))
                 if not ready and all((Path(folder) / f"ready-{r}").exists() for r in range(world)):
                     ready = True
                     deadline = time.monotonic() + budget + GRACE_S
@@ -125,7 +125,7 @@ def launch(job: Job | list[Job], world: int) -> list:
                     what = "" if ready else (
                         f" before rank(s) {[r for r in range(world) if not (Path(folder) / f'ready-{r}').exists()]} "
                         "joined the process group")
-                    raise ExecutionError(f"timed out after {waited:.0f} s{what}" + _still_running(folder, procs))
+                    raise ExecutionError(f"timed out after {waited:.0f} s{what}" + still_running(folder, procs))
                 time.sleep(0.05)
             failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
             if failed:
@@ -159,7 +159,7 @@ def _first_failure(folder: str, failed: list[int], procs) -> str:
     return f"rank {rank} exited with code {procs[rank].exitcode}"
 
 
-def _still_running(folder: str, procs) -> str:
+def still_running(folder: str, procs) -> str:
     """``; still running: rank 1 at ppsolve/executor/comm.py:109 in wait_recv, ...`` for each rank not yet
     ended: its innermost ppsolve frame, from the stack it dumps when sent SIGUSR1 (nothing where the
     platform has no such signal)."""

@@ -318,9 +318,9 @@ class PlanRun:
             if kind == "OFFLOAD":
                 self._timed(entry["action"], kind, at, lambda: self._offload(s, j, entry["share"]))
             elif kind == "RELOAD":
-                self._timed(entry["action"], kind, at, lambda: self._reload(s, j))
+                self._timed(entry["action"], kind, at, lambda: self.reload(s, j))
             elif kind == "R":
-                self._timed(entry["action"], kind, at, lambda: self._recompute(s, j, ctx))
+                self._timed(entry["action"], kind, at, lambda: self.recompute(s, j, ctx))
             else:
                 raise ValueError(f"plan: unknown action kind {kind!r}")
 
@@ -331,14 +331,16 @@ class PlanRun:
         self.device.wait(record.copied)
         return move_to_host(record, share, self.device, self.ledger)
 
-    def _reload(self, s: int, j: int) -> int:
+    def reload(self, s: int, j: int) -> int:
+        """RELOAD(s, j): the offloaded share back onto the device; the bytes moved."""
         record = self.saved.get((s, j))
         if record is None or not record.offloaded:
             raise RuntimeError(f"RELOAD({s},{j}) of a microbatch that is not offloaded")
         self.device.wait(record.copied)
         return move_to_device(record, (s, j), self.device, self.ledger)
 
-    def _recompute(self, s: int, j: int, ctx) -> None:
+    def recompute(self, s: int, j: int, ctx) -> None:
+        """R(s, j): the forward run again from its checkpoint, its activations saved for the backward."""
         record = self.saved.get((s, j))
         if record is None or not record.awaiting_r:
             raise RuntimeError(f"R({s},{j}) without a forward that kept its checkpoint")

@@ -61,8 +61,8 @@ def test_a_waiting_rank_says_where_it_waits(tmp_path):
     schedule = make(prob, pipelined_orders(prob, lag=1), "1f1b-order")
     job = Job(schedule=schedule.to_dict(), model={}, timeout_s=120)
     context = multiprocessing.get_context("spawn")
-    init = f"tcp://127.0.0.1:{launch._free_port()}"
-    proc = context.Process(target=launch._child, args=(job, 0, 2, init, str(tmp_path)), daemon=True)
+    init = f"tcp://127.0.0.1:{launch.free_port()}"
+    proc = context.Process(target=launch.run_child, args=(job, 0, 2, init, str(tmp_path)), daemon=True)
     proc.start()
     try:
         stack = tmp_path / "stack-0.txt"
@@ -71,7 +71,7 @@ def test_a_waiting_rank_says_where_it_waits(tmp_path):
         while time.monotonic() < ends and "_rank_main" not in text and proc.exitcode is None:
             time.sleep(1)  # until it has imported torch and waits for its peer
             if stack.exists():
-                text = launch._still_running(str(tmp_path), [proc])
+                text = launch.still_running(str(tmp_path), [proc])
                 stack.write_text("")  # a fresh dump next time
     finally:
         proc.kill()

@@ -41,7 +41,7 @@ def test_offload_frees_and_recompute_keeps_only_the_input(one_rank, tmp_path):
     runtime._load_csv(str(csv), "compute_comms")
     plan = attach(runtime, plan_path(csv))
     seen = {}
-    reload, recompute = plan._reload, plan._recompute
+    reload, recompute = plan.reload, plan.recompute
 
     def spy_reload(s, j):  # the offloaded storages hold no bytes until the reload
         seen[("reload", j)] = [st.nbytes() for st in plan.saved[(s, j)].storages]
@@ -51,7 +51,7 @@ def test_offload_frees_and_recompute_keeps_only_the_input(one_rank, tmp_path):
         seen["keep"] = plan.saved[(s, j)].keep
         return recompute(s, j, ctx)
 
-    plan._reload, plan._recompute = spy_reload, spy_recompute
+    plan.reload, plan.recompute = spy_reload, spy_recompute
     x, y = torch.randn(6, 8), torch.randn(6, 8)
     losses = []
     runtime.step(x, target=y, losses=losses)

@@ -45,10 +45,10 @@ def test_solver_compare_counts_the_proofs_of_each_backend():
 
 def test_sections_that_are_only_a_link_become_list_items():
     linked = ["### Methods\n\nTable of 22 rows: [m.md](m.md).\n", "### Problems\n\nTable of 47 rows: [p.md](p.md).\n"]
-    assert wbm._compact(linked) == ["- Methods: table of 22 rows: [m.md](m.md).\n"
+    assert wbm.compact(linked) == ["- Methods: table of 22 rows: [m.md](m.md).\n"
                                     "- Problems: table of 47 rows: [p.md](p.md).\n"]
     inline = ["### Methods\n\n| a |\n|---|\n| x |\n", linked[1]]
-    assert wbm._compact(inline) == inline
+    assert wbm.compact(inline) == inline
 
 
 def test_no_doc_tells_the_history_of_a_session():

@@ -22,7 +22,7 @@ def test_docs_cli_md_is_the_parsers_reference():
 def test_every_command_and_option_is_in_it():
     reference = _reference()
     text = (ROOT / "docs" / "cli.md").read_text()
-    for name, _, parser in reference._commands():
+    for name, _, parser in reference.every_command():
         assert f"## `ppsolve {name}`" in text
         assert name in reference.PAGES
         for action in parser._actions:
