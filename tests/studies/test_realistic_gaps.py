@@ -1,0 +1,29 @@
+"""The realistic-gaps report: one row per problem, the gap from the solve's own makespan and bound."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.reports import realistic_gaps
+from tests.helpers import ROOT
+
+
+def test_one_problem_row_and_summary(tmp_path):
+    out = tmp_path / "gaps.json"
+    section = tmp_path / "gaps.md"
+    assert realistic_gaps.main(["--time-limit", "3", "--threads", "1", "--json", str(out), "--section", str(section),
+                                str(ROOT / "instances" / "example.json")]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["problem"] == "example" and row["valid"]
+    assert row["lower_bound"] <= row["makespan"]
+    text = section.read_text()
+    gap = 100 * (row["makespan"] - row["lower_bound"]) / row["makespan"]
+    assert f"| example | - | - | {row['makespan']:.2f} | {row['lower_bound']:.2f} | {gap:.1f} % |" in text
+    assert "Gap over 1 problems" in text
+
+
+def test_render_reads_the_figures_back(tmp_path):
+    rows = [realistic_gaps.Row("a", 10.0, 9.0, 8.0, 7.6, "feasible", 1.0, True),
+            realistic_gaps.Row("b", None, None, 5.0, 5.0, "optimal", 1.0, True)]
+    text = realistic_gaps.section(rows, "cmd")
+    assert "median 2.5 %, largest 5.0 %" in text
