@@ -9,9 +9,15 @@
   the cheapest microbatch with room), then moves and swaps out of the costliest microbatch while they
   lower it. With one device and room to spare, LPT alone is within 4/3 - 1/(3m) of the optimum (Graham).
 
-Documents are never split unless ``split`` allows it: a document longer than the budget is then cut
-into budget-sized pieces, and ``sequential`` fills each microbatch to the budget, carrying the rest of a
-document over. A piece is a document of its own (it attends to itself only).
+Documents are never split unless ``split`` allows it. A piece is a document of its own: it attends to
+itself only, so a cut document's pieces do not attend to each other (what the user opts into).
+``sequential`` then fills each microbatch to the budget, carrying the rest of a document over.
+``balance`` cuts what balancing needs, and no more (``balance_pieces``): the target is the critical cost
+of the whole batch over the microbatches' count; while the costliest document (or piece) costs more than
+the target, its document is cut into the fewest equal pieces that each cost at most the target (and
+hold at most the budget), the target recomputed (cutting lowers the attention, so the total). Every other
+document stays whole; LPT then places the pieces, cutting one more only where no microbatch has room for
+it (it fills the cheapest with room).
 
 ``imbalance`` is the costliest microbatch times their number over their total (1 is perfect balance).
 """
@@ -19,6 +25,8 @@ document over. A piece is a document of its own (it attends to itself only).
 from __future__ import annotations
 
 import heapq
+from collections import Counter
+from dataclasses import dataclass
 from typing import Sequence
 
 from ppsolve.costmodel.documents import MicrobatchTime, attention_pairs
@@ -68,6 +76,19 @@ def pack_sequential(documents: Sequence[int], budget: int, split: bool = False,
     return microbatches
 
 
+def cut_in_order(documents: Sequence[int], microbatches: Sequence[Sequence[int]]) -> int:
+    """How many documents ``microbatches`` cut, when they hold ``documents``' pieces in the same order (as
+    ``pack_sequential``'s do)."""
+    pieces = iter(n for mb in microbatches for n in mb)
+    count = 0
+    for length in documents:
+        taken = next(pieces)
+        count += taken < length
+        while taken < length:
+            taken += next(pieces)
+    return count
+
+
 class _Bins:
     """Microbatches being filled: their lengths, tokens, causal document pairs and cost."""
 
@@ -96,25 +117,62 @@ class _Bins:
         self.costs[k] = self.cost.of(self.tokens[k], self.pairs[k])
 
 
+@dataclass(frozen=True)
+class Packed:
+    """Microbatches (lists of document lengths) and how many documents were cut to form them."""
+
+    microbatches: list[list[int]]
+    cut: int = 0
+
+
 def pack_balance(documents: Sequence[int], budget: int, cost: MicrobatchTime, count: int,
-                 split: bool = False, where: str = "documents") -> list[list[int]]:
+                 split: bool = False, where: str = "documents") -> Packed:
     """At least ``count`` microbatches of at most ``budget`` tokens with balanced critical cost (module doc)."""
-    pieces = sorted(cut(documents, budget, split, where), key=lambda n: (-cost.of_documents([n]), -n))
-    count = max(1, min(count, len(pieces)))
+    if not split:
+        cut(documents, budget, split, where)  # refuses a document longer than the budget
+    count = max(1, min(count, sum(-(-length // budget) for length in documents)))  # no more than pieces
     while True:
-        bins = _lpt(pieces, budget, cost, count, split)
-        if bins is not None:
+        pieces = balance_pieces(documents, budget, cost, count) if split else list(enumerate(documents))
+        pieces.sort(key=lambda piece: (-cost.of_documents([piece[1]]), -piece[1]))
+        placed = _lpt(pieces, budget, cost, count, split)
+        if placed is not None:
             break
         count += 1
+    bins, spread = placed
     _improve(bins, budget)
-    return [sorted(lengths, reverse=True) for lengths in bins.lengths if lengths]
+    whole = Counter(i for i, _ in pieces)
+    cut_documents = {i for i, n in whole.items() if n > 1} | spread
+    return Packed([sorted(lengths, reverse=True) for lengths in bins.lengths if lengths], len(cut_documents))
 
 
-def _lpt(pieces: list[int], budget: int, cost: MicrobatchTime, count: int, split: bool) -> _Bins | None:
-    """Each piece into the cheapest microbatch with room; None when one has no room (and may not be split)."""
+def balance_pieces(documents: Sequence[int], budget: int, cost: MicrobatchTime, count: int) -> list[tuple[int, int]]:
+    """(document index, length) of each piece ``balance`` places when documents may be split (module doc)."""
+    parts = [-(-length // budget) for length in documents]  # pieces per document: none over the budget
+    longest = lambda i: -(-documents[i] // parts[i])  # noqa: E731  (the longest of equal pieces)
+    while True:
+        pieces = [(i, n) for i, length in enumerate(documents) for n in _equal(length, parts[i])]
+        target = cost.of(sum(n for _, n in pieces), attention_pairs([n for _, n in pieces], True)) / count
+        worst = max(range(len(documents)), key=lambda i: cost.of_documents([longest(i)]))
+        if cost.of_documents([longest(worst)]) <= target or longest(worst) == 1:
+            return pieces
+        while longest(worst) > 1 and cost.of_documents([longest(worst)]) > target:
+            parts[worst] += 1
+
+
+def _equal(length: int, parts: int) -> list[int]:
+    """``length`` tokens in ``parts`` pieces that differ by at most one token."""
+    size, rest = divmod(length, parts)
+    return [size + 1] * rest + [size] * (parts - rest)
+
+
+def _lpt(pieces: list[tuple[int, int]], budget: int, cost: MicrobatchTime, count: int,
+         split: bool) -> tuple[_Bins, set[int]] | None:
+    """Each (document, length) piece into the cheapest microbatch with room, and the documents spread over
+    several where none had room; None when one has no room (and may not be split)."""
     bins = _Bins(count, cost)
+    spread: set[int] = set()
     heap = [(0.0, k) for k in range(count)]
-    for length in pieces:
+    for document, length in pieces:
         skipped = []
         while heap and bins.tokens[heap[0][1]] + length > budget:
             skipped.append(heapq.heappop(heap))
@@ -123,6 +181,7 @@ def _lpt(pieces: list[int], budget: int, cost: MicrobatchTime, count: int, split
             bins.put(k, length)
             heapq.heappush(heap, (bins.costs[k], k))
         elif split:  # fill the cheapest microbatches with room, the rest carried on
+            spread.add(document)
             for _, k in sorted(skipped):
                 take = min(length, budget - bins.tokens[k])
                 if take > 0:
@@ -135,7 +194,7 @@ def _lpt(pieces: list[int], budget: int, cost: MicrobatchTime, count: int, split
             return None
         for item in skipped:
             heapq.heappush(heap, item)
-    return bins
+    return bins, spread
 
 
 def _improve(bins: _Bins, budget: int) -> None:
