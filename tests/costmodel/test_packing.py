@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from ppsolve.costmodel.documents import MicrobatchTime
-from ppsolve.costmodel.packing import cut_in_order, imbalance, pack_balance, pack_sequential
+from ppsolve.costmodel.packing import Packed, cut_in_order, imbalance, pack_balance, pack_sequential
 from ppsolve.errors import InputError
 
 # One device, 1 ms a token and 0.01 ms a causal pair: a microbatch's cost is the sum of its documents'.
@@ -112,10 +112,22 @@ def test_split_cuts_a_dominant_document_to_balance_and_only_it():
     assert max(map(sum, split.microbatches)) <= 1000
 
 
-def test_split_cuts_nothing_that_balancing_does_not_need():
-    # Costs 401 (200 tokens) and 150.5 (100): 1805 over 3 microbatches is 601.7 each, above any document.
-    docs = [200, 200, 200, 100, 100, 100, 100]
-    assert pack_balance(docs, 1000, ONE_DEVICE, 3, split=True) == pack_balance(docs, 1000, ONE_DEVICE, 3)
+def test_split_cuts_nothing_when_whole_documents_balance():
+    # Costs 401 (200 tokens) and 150.5 (100): 2106 over 3 microbatches is 702 each, above any document,
+    # and [200, 100, 100] three times is perfectly balanced.
+    docs = [200, 200, 200, 100, 100, 100, 100, 100, 100]
+    split = pack_balance(docs, 1000, ONE_DEVICE, 3, split=True)
+    assert split == pack_balance(docs, 1000, ONE_DEVICE, 3) and split.cut == 0
+
+
+def test_split_balances_full_microbatches_too():
+    # Every microbatch must be full (3 x 400 tokens): whole, [300, 100] costs 902 against [100 x 4]'s 602
+    # (imbalance 1.285); the 300 in three pieces of 100 makes all three [100 x 4].
+    docs = [300] + [100] * 9
+    whole = pack_balance(docs, 400, ONE_DEVICE, 3)
+    assert imbalance(_costs(whole.microbatches)) == pytest.approx(902 * 3 / 2106)
+    split = pack_balance(docs, 400, ONE_DEVICE, 3, split=True)
+    assert split == Packed([[100] * 4] * 3, cut=1)
 
 
 @pytest.mark.parametrize("seed", range(30))
