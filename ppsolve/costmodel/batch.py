@@ -128,9 +128,10 @@ def step_1f1b(problem: Problem) -> float | str:
     return max(op.end for op in simulate(problem, onef1b_orders(problem)))
 
 
-def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed], float | str]) -> str:
-    """One line per way of forming the microbatches: count, imbalance, critical cost range, 1F1B step time."""
-    documents = sum(map(len, formed[0].microbatches))
+def render_formed(formed: Sequence[Formed], documents: int, budget: int,
+                  plan: Callable[[Formed], float | str]) -> str:
+    """One line per way of forming the microbatches: count, imbalance, critical cost range, documents cut,
+    1F1B step time."""
     lines = [f"documents: {documents}, token budget {budget} per microbatch; critical cost = F + B + W ms of the "
              "slowest device"]
     for f in formed:
