@@ -44,7 +44,7 @@ from benchmarks import harness
 from benchmarks.harness import ROOT
 from ppsolve.bounds import makespan_lower_bound
 from ppsolve.costmodel import Layout, Partition, even_partition, hardware_of_gpu, load_transformer
-from ppsolve.costmodel.batch import form_microbatches
+from ppsolve.costmodel.batch import Formed, form_microbatches
 from ppsolve.costmodel.documents import Batch, build_documents_problem, microbatch_time
 from ppsolve.costmodel.packing import pack_sequential
 from ppsolve.costmodel.search import rank_partitions
@@ -105,6 +105,10 @@ class Setup:
     def partition(self, name: str) -> Partition:
         return Partition(self.partitions[name])
 
+    def cost(self):
+        """The critical cost of a microbatch on the linear pipeline (what ``balance`` balances)."""
+        return microbatch_time(self.model, self.hardware, self.linear, self.partition("linear"))
+
     def problem(self, name: str, microbatches):
         layout = self.linear if name == "linear" else self.interleaved
         return build_documents_problem(self.model, self.hardware, layout, self.partition(name), microbatches)
@@ -130,6 +134,13 @@ class Row:
     solve_status: str = ""
     bound: float | None = None
     cut: int = 0  # documents cut
+    work: float | None = None  # the critical ms of every microbatch together
+
+
+def _form(setup: Setup, documents: list[int], packing: str, cost) -> Formed:
+    """``documents`` packed the way ``packing`` names, as ``ppsolve problem --pack`` packs them."""
+    pack, split = FORMS[packing]
+    return form_microbatches(Batch(tuple(documents), None, setup.budget), setup.budget, pack, split, cost)[-1]
 
 
 def _makespan(method: str, problem) -> float | None:
@@ -141,19 +152,19 @@ def measure_batch(setup: Setup, k: int, plan_time: float, solve_time: float | No
                   packings: tuple[str, ...] = PACKINGS) -> list[Row]:
     """Batch ``k`` of ``setup`` packed each way of ``packings``, scheduled each way (module doc)."""
     documents = draw_documents(setup.budget, setup.microbatches, k)
-    cost = microbatch_time(setup.model, setup.hardware, setup.linear, setup.partition("linear"))
+    cost = setup.cost()
     rows = []
     for packing in packings:
-        pack, split = FORMS[packing]
+        split = FORMS[packing][1]
         began = time.perf_counter()
-        formed = form_microbatches(Batch(tuple(documents), None, setup.budget), setup.budget, pack, split, cost)[-1]
+        formed = _form(setup, documents, packing, cost)
         pack_s = time.perf_counter() - began
         problem = setup.problem("linear", formed.microbatches)
         build_s = time.perf_counter() - began - pack_s
         costliest = max(cost.of_documents([n]) for lengths in formed.microbatches for n in lengths)
         floor = costliest * len(formed.costs) / sum(formed.costs)
         row = Row(setup.budget, k, packing, len(documents), len(formed.microbatches), formed.imbalance, floor,
-                  pack_s, build_s, cut=formed.cut)
+                  pack_s, build_s, cut=formed.cut, work=sum(formed.costs))
         row.schedules = {m: _makespan(m, problem) for m in LINEAR}
         row.schedules[INTERLEAVED] = _makespan(INTERLEAVED, setup.problem("interleaved", formed.microbatches))
         row.bound = makespan_lower_bound(problem).value
@@ -224,10 +235,12 @@ def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float,
             lines.append(harness.row([f"{setup.budget // 1024}K", packing, *cells]))
     lines += ["", "Packing and planning: imbalance = costliest microbatch x count / total critical cost (floor: "
               "the costliest single document's, which no packing without splitting goes below); split: "
-              f"{SPLIT}'s microbatches, imbalance and documents cut; times per step in s, mean (least-most).", ""]
+              f"{SPLIT}'s microbatches, imbalance, documents cut, and its work (the critical ms of all its microbatches) "
+              "over balance's; times per step in s, mean (least-most).", ""]
     lines += harness.table(["tokens/microbatch", "partition (linear; interleaved)", "documents",
                             "imbalance data order", "imbalance balance", "floor", "split microbatches",
-                            "split imbalance", "split documents cut", "balance packing s", "split packing s",
+                            "split imbalance", "split documents cut", "split work / balance's",
+                            "balance packing s", "split packing s",
                             "problem build s", f"plan s (limit {plan_time:g})"])
     for setup in setups:
         mine = [r for r in rows if r.budget == setup.budget]
@@ -240,7 +253,7 @@ def report(rows: list[Row], setups: list[Setup], command: str, plan_time: float,
                                   _range([r.floor for r in by["balance"]]),
                                   _range([r.microbatches for r in by[SPLIT]], ".1f"),
                                   _range([r.imbalance for r in by[SPLIT]]),
-                                  _range([r.cut for r in by[SPLIT]], ".1f"),
+                                  _range([r.cut for r in by[SPLIT]], ".1f"), f"{_work_ratio(mine):.3f}",
                                   _range([r.pack_s for r in by["balance"]]),
                                   _range([r.pack_s for r in by[SPLIT]]),
                                   _range([r.build_s for r in mine]), _range([r.plan_s for r in mine])]))
@@ -289,7 +302,9 @@ def targets(rows: list[Row]) -> str:
         f"reaches {statistics.fmean(r.imbalance for r in split):.3f} (most {max(r.imbalance for r in split):.3f}), "
         f"cutting {statistics.fmean(r.cut for r in split):.1f} documents a batch ({min(r.cut for r in split)}-"
         f"{max(r.cut for r in split)}); the per-step plan on it "
-        f"{statistics.fmean(_ratios(mine, lambda r: r.plan if r.packing == SPLIT else None)):.3f}.")
+        f"{statistics.fmean(_ratios(mine, lambda r: r.plan if r.packing == SPLIT else None)):.3f}, mostly because "
+        f"the batch's critical work drops to {_work_ratio(mine):.3f} of whole-document packing's (no attention "
+        "between the pieces of a cut document).")
     return (f"Targets at {top // 1024}K tokens per microbatch ({len(balanced)} batches): imbalance after `--pack "
             f"balance` {statistics.fmean(imbalance):.3f} (most {max(imbalance):.3f}; target at most 1.05), where "
             f"the costliest single document alone gives {statistics.fmean(floor):.3f} (least {min(floor):.3f}): "
@@ -297,6 +312,14 @@ def targets(rows: list[Row]) -> str:
             f"data-order packing with data-order 1F1B: the per-step plan {statistics.fmean(plan):.3f} "
             f"(most {max(plan):.3f}; target at most 0.85), 1F1B {statistics.fmean(onef1b):.3f}, the bound "
             f"{statistics.fmean(bound):.3f}." + split_text)
+
+
+def _work_ratio(rows: list[Row]) -> float:
+    """The mean over batches of the split packing's work over the whole-document balance's."""
+    whole = {(r.budget, r.batch): r.work for r in rows if r.packing == "balance"}
+    ratios = [r.work / whole[r.budget, r.batch] for r in rows
+              if r.packing == SPLIT and r.work and whole.get((r.budget, r.batch))]
+    return statistics.fmean(ratios) if ratios else math.nan
 
 
 def _cell_of(rows: list[Row], packing: str, pick) -> str:
@@ -375,10 +398,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _add(path: Path, figures: dict, setups: list[Setup], rows: list[Row], command: str,
          options: dict) -> tuple[list[Row], dict]:
-    """``--add``: the rows of the packings ``figures`` lacks, measured with its options and written into
-    ``path`` with the command that added them."""
+    """``--add``: the rows of the packings ``figures`` lacks, measured with its options, and the rows' work
+    where they lack it, written into ``path`` with the command that added them."""
     missing = tuple(p for p in PACKINGS if all(r.packing != p for r in rows))
     options = {**options, "added": command}
+    by_budget = {s.budget: s for s in setups}
+    for r in rows:  # packing again is deterministic and fast
+        if r.work is None:
+            setup = by_budget[r.budget]
+            r.work = sum(_form(setup, draw_documents(r.budget, setup.microbatches, r.batch), r.packing,
+                               setup.cost()).costs)
     solved = {(r.budget, r.batch) for r in rows if r.solve is not None}
     for setup in setups:
         for k in sorted({r.batch for r in rows if r.budget == setup.budget}):
