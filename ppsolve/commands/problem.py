@@ -63,7 +63,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            "default for a list of documents) or balance (the same count, balanced critical cost); "
                            "default for microbatches given: as given")
     docs.add_argument("--split-documents", action="store_true",
-                      help="let packing cut a document across microbatches (default: never split)")
+                      help="let packing cut documents (default: never): sequential fills each microbatch to "
+                           "the budget; balance cuts the documents that balancing needs (the summary counts "
+                           "them). A cut document's pieces do not attend to each other: this changes what the "
+                           "model trains on")
     parser.add_argument("--partition", default="even", metavar="even|auto|LAYOUT",
                         help="layers per stage: even (default), auto, '3,5,5,3' or 'Et*3|t*5|t*5|t*3L'")
     parser.add_argument("--top", type=int, default=3, metavar="K", help="auto: partitions the solver runs on (3)")
@@ -89,7 +92,8 @@ def _documents(args: argparse.Namespace, model, hardware, layout, given):
     layout = replace(layout, microbatches=len(formed[-1].microbatches))
     make = lambda partition, mbs=formed[-1].microbatches: build_documents_problem(  # noqa: E731
         model, hardware, layout, partition, mbs)
-    return layout, make, render_formed(formed, budget, lambda f: step_1f1b(make(given, f.microbatches)))
+    plan = lambda f: step_1f1b(make(given, f.microbatches))  # noqa: E731
+    return layout, make, render_formed(formed, len(batch.documents), budget, plan)
 
 
 def _check_documents_flags(args: argparse.Namespace) -> None:

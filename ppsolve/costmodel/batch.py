@@ -17,7 +17,7 @@ from ppsolve.costmodel.descriptions import Hardware, Transformer
 from ppsolve.costmodel.documents import (Batch, MicrobatchTime, batch_from_data, build_documents_problem,
                                          microbatch_time)
 from ppsolve.costmodel.partition import Partition, even_partition
-from ppsolve.costmodel.packing import imbalance, pack_balance, pack_sequential
+from ppsolve.costmodel.packing import cut_in_order, imbalance, pack_balance, pack_sequential
 from ppsolve.errors import InputError
 from ppsolve.problem import Problem
 
@@ -29,6 +29,7 @@ class Formed:
     how: str
     microbatches: tuple[tuple[int, ...], ...]
     costs: tuple[float, ...]
+    cut: int = 0  # documents cut into pieces
 
     @property
     def imbalance(self) -> float:
@@ -48,17 +49,21 @@ def form_microbatches(batch: Batch, budget: int, pack: str | None, split: bool,
                       cost: MicrobatchTime) -> list[Formed]:
     """The loader's microbatches (the file's, or ``sequential``), then those ``pack`` forms if it re-forms them:
     the last is the problem's."""
-    formed = lambda how, mbs: Formed(how, tuple(map(tuple, mbs)), tuple(map(cost.of_documents, mbs)))  # noqa: E731
+    formed = lambda how, mbs, cut=0: Formed(how, tuple(map(tuple, mbs)),  # noqa: E731
+                                           tuple(map(cost.of_documents, mbs)), cut)
     if pack is not None or batch.microbatches is None:
         _refuse_long_documents(batch, budget, split)
     if batch.microbatches is None:
-        loader = formed("sequential", pack_sequential(batch.documents, budget, split))
+        sequential = pack_sequential(batch.documents, budget, split)
+        loader = formed("sequential", sequential, cut_in_order(batch.documents, sequential))
     else:
         loader = formed("as given", batch.microbatches)
     if pack == "balance":
-        chosen = formed("balance", pack_balance(batch.documents, budget, cost, len(loader.microbatches), split))
+        packed = pack_balance(batch.documents, budget, cost, len(loader.microbatches), split)
+        chosen = formed("balance", packed.microbatches, packed.cut)
     elif pack == "sequential" and batch.microbatches is not None:
-        chosen = formed("sequential", pack_sequential(batch.documents, budget, split))
+        sequential = pack_sequential(batch.documents, budget, split)
+        chosen = formed("sequential", sequential, cut_in_order(batch.documents, sequential))
     else:
         for j, lengths in enumerate(loader.microbatches):
             if sum(lengths) > budget:
@@ -123,16 +128,17 @@ def step_1f1b(problem: Problem) -> float | str:
     return max(op.end for op in simulate(problem, onef1b_orders(problem)))
 
 
-def render_formed(formed: Sequence[Formed], budget: int, plan: Callable[[Formed], float | str]) -> str:
-    """One line per way of forming the microbatches: count, imbalance, critical cost range, 1F1B step time."""
-    documents = sum(map(len, formed[0].microbatches))
+def render_formed(formed: Sequence[Formed], documents: int, budget: int,
+                  plan: Callable[[Formed], float | str]) -> str:
+    """One line per way of forming the microbatches: count, imbalance, critical cost range, documents cut,
+    1F1B step time."""
     lines = [f"documents: {documents}, token budget {budget} per microbatch; critical cost = F + B + W ms of the "
              "slowest device"]
     for f in formed:
         step = plan(f)
         lines.append(f"  {f.how + ':':<11} {len(f.microbatches):>5} microbatches, imbalance {f.imbalance:.3f} "
                      f"(critical ms {min(f.costs):.2f} to {max(f.costs):.2f}, tokens {min(map(sum, f.microbatches))} "
-                     f"to {max(map(sum, f.microbatches))}), 1F1B step "
+                     f"to {max(map(sum, f.microbatches))}{f', documents cut {f.cut}' if f.cut else ''}), 1F1B step "
                      + (step if isinstance(step, str) else f"{step:.2f} ms"))
     return "\n".join(lines)
 

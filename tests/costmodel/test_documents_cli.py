@@ -126,3 +126,22 @@ def test_every_parallel_option_gets_per_microbatch_figures(tmp_path, capsys, ext
     if "decide" in extra:
         assert all(len(row) == 2 for row in data["recompute"]["keep"])
     assert "per stage, least to most" in capsys.readouterr().out
+
+
+@needs_v4
+def test_balance_with_split_documents_cuts_the_dominant_document_and_says_so(tmp_path, capsys):
+    # One 8000-token document among 64 of 500 (40 000 tokens, 5 microbatches of 8192 in the loader's order):
+    # whole, its attention alone outweighs a fifth of the batch.
+    path = _write(tmp_path, {"documents": [8000] + [500] * 64, "tokens_per_microbatch": 8192})
+    figures = {}
+    for flags in ([], ["--split-documents"]):
+        out = tmp_path / "p.json"
+        assert main(["problem", *COMMON, "--documents", path, "--pack", "balance", *flags, "-o", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert "documents: 65, token budget 8192" in printed  # documents, not pieces
+        line = printed.split("balance:")[1].splitlines()[0]
+        figures[bool(flags)] = float(line.split("imbalance ")[1].split()[0]), line
+        lengths = json.loads(out.read_text())["x-costmodel"]["documents"]["microbatches"]
+        assert sum(map(sum, lengths)) == 8000 + 500 * 64 and max(map(sum, lengths)) <= 8192
+    assert figures[False][0] > 1.05 and "documents cut" not in figures[False][1]
+    assert figures[True][0] <= 1.05 and "documents cut 1" in figures[True][1]

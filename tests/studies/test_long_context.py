@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.reports.long_context import PACKINGS, Setup, draw_documents, main, measure_batch
+import pytest
+
+from benchmarks.reports.long_context import PACKINGS, SPLIT, Setup, draw_documents, main, measure_batch
 from ppsolve.costmodel.packing import pack_sequential
 
 BUDGET = 8192
@@ -29,10 +31,13 @@ def test_each_packing_keeps_the_documents_and_no_schedule_beats_the_bound():
     assert [r.packing for r in rows] == list(PACKINGS)
     assert rows[0].documents == rows[1].documents == len(draw_documents(BUDGET, 8, 0))
     for r in rows:
-        assert r.imbalance >= r.floor - 1e-9 and r.floor >= 1.0
+        assert r.imbalance >= max(r.floor, 1.0) - 1e-9 and (r.floor >= 1.0 or r.packing == SPLIT)
         spans = [x for x in (*r.schedules.values(), r.plan, r.solve) if x is not None]
-        assert len(spans) == 5 and min(spans) >= r.bound * (1 - 1e-9)
-        assert r.solve <= r.plan + 1e-6  # the long solve starts from the plan
+        assert min(spans) >= r.bound * (1 - 1e-9)
+        if r.packing == SPLIT:  # no long solve; as many microbatches as data order with documents split
+            assert len(spans) == 4 and r.solve is None and r.microbatches <= rows[0].microbatches
+        else:
+            assert len(spans) == 5 and r.solve <= r.plan + 1e-6 and r.cut == 0  # the solve starts from the plan
 
 
 def test_the_command_writes_its_section_and_renders_it_again(tmp_path, monkeypatch):
@@ -47,8 +52,22 @@ def test_the_command_writes_its_section_and_renders_it_again(tmp_path, monkeypat
     assert main(args + ["--section", str(section), "--table", str(table), "--json", str(figures)]) == 0
     whole = table.read_text()
     assert "| 8K | sequential |" in whole and "| 8K | balance |" in whole and "Targets at 8K" in whole
+    assert f"| 8K | {SPLIT} |" in whole and "With `--split-documents`" in whole
     assert "Targets at 8K" in section.read_text() and "table.md)" in section.read_text()
-    assert len(json.loads(figures.read_text())["rows"]) == 4
+    assert len(json.loads(figures.read_text())["rows"]) == 6
     again = tmp_path / "again.md"
     assert main(["--render", str(figures), "--table", str(again)]) == 0
     assert again.read_text() == whole  # the same figures, options and the command that measured them
+    # --add measures only the packings the figures lack, and says so
+    figures_before = figures.read_text()
+    data = json.loads(figures_before)
+    data["rows"] = [{**r, "work": None} for r in data["rows"] if r["packing"] != SPLIT]
+    figures.write_text(json.dumps(data))
+    assert main(["--render", str(figures), "--table", str(again)]) == 0
+    assert f"| 8K | {SPLIT} | - |" in again.read_text()  # rendered without them
+    assert main(["--add", str(figures), "--table", str(again)]) == 0
+    added = json.loads(figures.read_text())
+    assert [r["packing"] for r in added["rows"]].count(SPLIT) == 2 and added["command"] == data["command"]
+    assert "--add" in added["options"]["added"] and "Its rows were added by" in again.read_text()
+    work = lambda rows: {(r["batch"], r["packing"]): pytest.approx(r["work"]) for r in rows}  # noqa: E731
+    assert work(added["rows"]) == work(json.loads(figures_before)["rows"])  # filled in again where missing
