@@ -13,7 +13,7 @@ The optima come from models independent of ppsolve's solvers and bounds, both al
 The caps lie between the least that works with the levers and the least without them, so a lever is
 needed or nearly so; the draws favour a heavy last stage (where the drain bound, ``ppsolve.bounds.drain``,
 works). The default run compares a sample (32 problems, a few seconds); ``-m slow`` the full set: 180 with
-recompute and 40 drawn with offload, of which those proven (at least 25) count, over 200 in all.
+recompute and 16 drawn with offload, of which those proven (at least 10) count, over 200 in all.
 """
 
 from __future__ import annotations
@@ -163,14 +163,14 @@ def test_bounds_with_offload_stay_under_the_proven_optimum_quick():
 
 @pytest.mark.slow
 def test_bounds_with_recompute_stay_under_the_exact_optimum():
-    tally = run_recompute(180, seed=13)
+    tally = run_recompute(200, seed=13)
     assert tally["per_microbatch"] >= 30 and tally["two_chunks"] >= 30 and tally["drain_above_the_rest"] >= 5, tally
 
 
 @pytest.mark.slow
 def test_bounds_with_offload_stay_under_the_proven_optimum():
-    tally = run_offload(40, seed=14)  # about 3 minutes; three in four proven within 10 s
-    assert tally["compared"] >= 25, tally
+    tally = run_offload(16, seed=14)  # about a minute; three in four proven within 10 s
+    assert tally["compared"] >= 10, tally
 
 
 def test_the_drain_with_its_recompute_paid_rises_above_the_other_figures_and_stays_under_the_optimum():

@@ -161,12 +161,13 @@ def test_a_single_lever_answer_starts_a_solve_with_both_levers():
         given_warm_start(problem.replace(recompute=None), recomputing)
 
 
-REALISTIC = sorted((ROOT / "instances" / "realistic").glob("*.json"))
+# every other problem of instances/realistic/ (names sort by model, placement, then cap: each model and placement
+# keeps its tightest or loosest cap); all 12 take about 3 minutes of CI's budget
+REALISTIC = sorted((ROOT / "instances" / "realistic").glob("*.json"))[::2]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", REALISTIC, ids=lambda p: p.stem)
-@pytest.mark.slow
 def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_either(path):
     # the same guarantee on every problem of instances/realistic/, at its own cap and at the least cap
     # recompute admits (what a frontier's first point uses)
