@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsolve.baselines.families.onef1b import onef1b_orders
-from ppsolve.ops import Op, OpKind
+from ppsolve.ops import Op
 from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate

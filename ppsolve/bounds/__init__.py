@@ -6,8 +6,9 @@ The split bound, which proves smaller problems with CP-SAT, lives with the solve
 (``ppsolve.solvers.cpsat.split_bound``) so that this package never imports the solvers.
 """
 
-from ppsolve.bounds.analytic import (MakespanBound, capacity_shortfalls, critical_path, heads_and_tails,
-                                     makespan_lower_bound, min_capacity, require_feasible_capacity)
+from ppsolve.bounds.analytic import (MakespanBound, capacity_shortfalls, makespan_lower_bound, min_capacity,
+                                     require_feasible_capacity)
+from ppsolve.bounds.chains import critical_path, heads_and_tails
 
 __all__ = ["MakespanBound", "capacity_shortfalls", "critical_path", "heads_and_tails", "makespan_lower_bound",
            "min_capacity", "require_feasible_capacity"]

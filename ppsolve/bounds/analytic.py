@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
 from ppsolve.bounds.drain import least_drain
-from ppsolve.bounds.chains import (Chains, _one_microbatch, columns, critical_path, heads_and_tails,  # noqa: F401
-                                   longest_from, microbatch_chains)
+from ppsolve.bounds.chains import Chains, columns, longest_from, microbatch_chains, one_microbatch
 from ppsolve.bounds.relaxation import least_costs
 from ppsolve.errors import InfeasibleError
 from ppsolve.bounds.held import forward_allocates, least_held
@@ -419,7 +418,7 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     path = chains.path
     # the in-order argument needs interchangeable microbatches: with per-microbatch costs, the least costs'
     least = least_costs(problem) if problem.per_microbatch else problem
-    sequence = sequence_bounds(least, *_one_microbatch(least, microbatch=0))
+    sequence = sequence_bounds(least, *one_microbatch(least, microbatch=0))
     forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
     floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)

@@ -28,7 +28,7 @@ def columns(problem: Problem) -> tuple[tuple[int, ...], int]:
     return (0,), problem.microbatches
 
 
-def _one_microbatch(problem: Problem, duration: Durations | None = None, lag: Lag | None = None,
+def one_microbatch(problem: Problem, duration: Durations | None = None, lag: Lag | None = None,
                     microbatch: int | None = None) -> tuple[list[tuple[OpKind, int]], dict, dict]:
     """The compute ops of one microbatch in dependency order, their durations and dependencies.
 
@@ -51,7 +51,7 @@ def longest_from(problem: Problem, source: tuple[OpKind, int] | None, microbatch
                  duration: Durations | None = None, lag: Lag | None = None) -> dict:
     """Earliest start of every compute op of one microbatch relative to the start of ``source``
     (None: from time 0, every op reachable); ops that do not follow ``source`` are absent."""
-    order, duration, deps = _one_microbatch(problem, duration, lag, microbatch)
+    order, duration, deps = one_microbatch(problem, duration, lag, microbatch)
     start: dict = {}
     for key in order:
         if key == source or (source is None and not deps[key]):
@@ -66,7 +66,7 @@ def longest_from(problem: Problem, source: tuple[OpKind, int] | None, microbatch
 
 def _tails(problem: Problem, microbatch: int | None, duration: Durations | None, lag: Lag | None) -> dict:
     """For every compute op of one microbatch, the least time that must pass after it ends."""
-    order, duration, deps = _one_microbatch(problem, duration, lag, microbatch)
+    order, duration, deps = one_microbatch(problem, duration, lag, microbatch)
     tail = {key: 0.0 for key in order}
     for key in reversed(order):
         for k, s, lag in deps[key]:
@@ -78,7 +78,7 @@ def heads_and_tails(problem: Problem, duration: Durations | None = None, lag: La
                     microbatch: int | None = None) -> tuple[dict, dict]:
     """Per (kind, stage) of the compute ops of one microbatch: the earliest start from the
     microbatch's first op, and the least time that must pass after it ends (``duration`` and
-    ``lag`` as in :func:`_one_microbatch`).
+    ``lag`` as in :func:`one_microbatch`).
 
     ``microbatch``: that microbatch's chains. Without it: the stage's one duration and the least
     latency; for a problem whose costs differ per microbatch (and no ``duration`` given), the least

@@ -73,7 +73,7 @@ def _shift_back(x: np.ndarray, by: int) -> np.ndarray:
     return _shift(x[::-1], by)[::-1]
 
 
-class _Passes:
+class Passes:
     """Heads and tails of every (kind, stage) as arrays over the microbatches."""
 
     def __init__(self, problem: Problem, order, duration: dict, deps: dict):
@@ -192,7 +192,7 @@ def sequence_bounds(problem: Problem, order, duration: dict, deps: dict) -> tupl
     least-cost relaxation, ``ppsolve.bounds.relaxation.least_costs``)."""
     if problem.can_offload or problem.can_recompute or problem.microbatches == 0:
         return tuple(0.0 for _ in range(problem.devices))
-    passes = _Passes(problem, order, duration, deps)
+    passes = Passes(problem, order, duration, deps)
     for _ in range(ROUNDS):
         rising = passes.forward()
         rising = passes.backward() or rising

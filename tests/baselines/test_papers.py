@@ -8,7 +8,6 @@ fused backward), the ZB schedules split them. Only rates within 0.005 count as r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ppsolve.bounds import admission, analytic, makespan_lower_bound, sequence
-from ppsolve.bounds.analytic import _one_microbatch, heads_and_tails
+from ppsolve.bounds.chains import heads_and_tails, one_microbatch
 from ppsolve.bounds.idle import Group, most_work
 from ppsolve.cli import main
 from tests.helpers import make_problem, problem_dict
@@ -24,7 +24,7 @@ def _problem(capacity: float | None, microbatches: int = 48, chunks: int = 1):
 
 def test_a_huge_capacity_beside_the_activation_keeps_the_sequence_bound_small():
     problem = _problem(1e12, microbatches=200)
-    passes = sequence._Passes(problem, *_one_microbatch(problem))
+    passes = sequence.Passes(problem, *one_microbatch(problem))
     assert not passes.cap_rules  # the cap holds every microbatch at once: it never delays a forward
     unbounded = _problem(None, microbatches=200)
     assert makespan_lower_bound(problem).value == makespan_lower_bound(unbounded).value
@@ -33,10 +33,10 @@ def test_a_huge_capacity_beside_the_activation_keeps_the_sequence_bound_small():
 @pytest.mark.parametrize("capacity", [3, 17.5, 40])
 def test_the_sequence_bound_in_blocks_is_at_most_the_exact_one(monkeypatch, capacity):
     problem = _problem(capacity)
-    order, duration, deps = _one_microbatch(problem)
+    order, duration, deps = one_microbatch(problem)
     exact = sequence.sequence_bounds(problem, order, duration, deps)
     monkeypatch.setattr(sequence, "MAX_CAP_RULES", 4)
-    passes = sequence._Passes(problem, order, duration, deps)
+    passes = sequence.Passes(problem, order, duration, deps)
     assert all(len(rules) <= 4 for rules in passes.cap_rules.values())
     blocked = sequence.sequence_bounds(problem, order, duration, deps)
     assert all(b <= e + 1e-9 for b, e in zip(blocked, exact))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st

@@ -13,7 +13,7 @@ from ppsolve.memory import memory_events, peak_memory
 from ppsolve.ops import Op, OpKind
 from ppsolve.schedule import ScheduledOp, load_schedule, make_schedule, schedule_from_dict
 from ppsolve.simulator import retime, simulate
-from tests.helpers import make_problem, problem_dict, serial_orders
+from tests.helpers import make_problem, serial_orders
 
 
 def _recompute_problem(**extra):

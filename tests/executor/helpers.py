@@ -3,9 +3,8 @@ and ``run_schedule_and_compare`` that runs any schedule and checks it against th
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from ppsolve.ops import B, F, OFFLOAD, RELOAD, W, Op, OpKind
+from ppsolve.ops import B, F, OFFLOAD, RELOAD, W, Op
 from ppsolve.problem import problem_from_dict
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate

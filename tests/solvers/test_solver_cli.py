@@ -51,7 +51,6 @@ def test_ctrl_c_writes_best_so_far(tmp_path):
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     root = ROOT
     out = tmp_path / "s.json"

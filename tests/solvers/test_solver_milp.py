@@ -4,7 +4,6 @@ the CBC fallback's crash on exit, and the deterministic work limit."""
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 

@@ -20,13 +20,12 @@ from ppsolve.bounds import MakespanBound
 from ppsolve.checker import check
 from ppsolve.dependencies import dependency_table
 from ppsolve.ops import Op, OpKind
-from ppsolve.problem import problem_from_dict
+from ppsolve.problem import Problem, problem_from_dict
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.api import Status
 import ppsolve.solvers.milp  # noqa: F401  (PuLP imported with highspy hidden)
 
 import pulp  # noqa: E402
-from tests.helpers import ROOT
 
 _F, _B, _W, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.W, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
@@ -293,7 +292,7 @@ def discrete_optimum(problem, seconds: float = 20.0, most_recomputed: int | None
 
 # ----- problems -----
 
-def tiny(seed: int, lever: str, microbatches=(2, 2, 3)) -> "Problem":
+def tiny(seed: int, lever: str, microbatches=(2, 2, 3)) -> Problem:
     """2 devices, 2-3 microbatches, a cap that binds; ``lever``: "recompute", "offload" or "both"."""
     rng = random.Random(seed)
     m = rng.choice(microbatches)

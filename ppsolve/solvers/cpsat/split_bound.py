@@ -32,7 +32,7 @@ a stage at its least over the microbatches), whose optimum is at most the proble
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Callable
 
