@@ -92,120 +92,145 @@ def replay_times(rows: list[list[Action]], duration: Callable[[int, Action], flo
 
 
 def _run(rows, recv_blocks, duration, latency, lead) -> tuple[int, list[float]]:
+    return _Replay(rows, recv_blocks, duration, latency, lead).run()
+
+
+def _stage_ranks(rows: list[list[Action]]) -> dict[int, int]:
+    """The rank of each stage with compute actions; InputError when one has them on two ranks."""
     rank_of: dict[int, int] = {}
     for rank, row in enumerate(rows):
         for a in row:
             if a.kind in ("F", "I", "B", "W") and rank_of.setdefault(a.stage, rank) != rank:
                 raise InputError("csv", f"stage {a.stage} has actions on ranks {rank_of[a.stage]} and {rank}")
-    channel_index = _match_channels(rows, rank_of)
-    done: list[set] = [set() for _ in rows]
-    posted: list[dict] = [{} for _ in rows]  # (kind, stage, mb) -> (((low, high), k), row index): sends, receives
-    issued: dict[tuple, set[int]] = {}  # (low, high, k) -> ranks that posted it
-    completed: dict[tuple[int, int], int] = {}  # (low, high) -> channel ops completed
-    pc = [0] * len(rows)
-    clock = [0.0] * len(rows)
-    at: dict[tuple, list[float]] = {}  # (low, high, k) -> [send posted + latency, receive posted]
-    arrived: dict[tuple, float] = {}  # (low, high, k) -> when the message arrived
-    rounds = 0
+    return rank_of
 
-    def complete(pair):
-        while len(issued.get(pair + ((k := completed.get(pair, 0)),), ())) == 2:
-            arrived[pair + (k,)] = max(at[pair + (k,)] + [arrived.get(pair + (k - 1,), 0.0)])
-            completed[pair] = k + 1
 
-    def post(rank: int, a: Action) -> None:
+class _Replay:
+    """One replay of the rows: each rank's position and clock, the messages posted, completed and arrived."""
+
+    def __init__(self, rows, recv_blocks, duration, latency, lead):
+        self.rows, self.recv_blocks = rows, recv_blocks
+        self.duration, self.latency, self.lead = duration, latency, lead
+        self.rank_of = _stage_ranks(rows)
+        self.channel_index = _match_channels(rows, self.rank_of)
+        self.done: list[set] = [set() for _ in rows]
+        self.posted: list[dict] = [{} for _ in rows]  # (kind, stage, mb) -> (((low, high), k), row index)
+        self.issued: dict[tuple, set[int]] = {}  # (low, high, k) -> ranks that posted it
+        self.completed: dict[tuple[int, int], int] = {}  # (low, high) -> channel ops completed
+        self.pc = [0] * len(rows)
+        self.clock = [0.0] * len(rows)
+        self.at: dict[tuple, list[float]] = {}  # (low, high, k) -> [send posted + latency, receive posted]
+        self.arrived: dict[tuple, float] = {}  # (low, high, k) -> when the message arrived
+
+    def complete(self, pair) -> None:
+        """Complete the channel's messages that both ends have posted, in order."""
+        while len(self.issued.get(pair + ((k := self.completed.get(pair, 0)),), ())) == 2:
+            self.arrived[pair + (k,)] = max(self.at[pair + (k,)] + [self.arrived.get(pair + (k - 1,), 0.0)])
+            self.completed[pair] = k + 1
+
+    def post(self, rank: int, a: Action) -> None:
+        """Post send or receive ``a`` of ``rank`` (the rank does not wait for it)."""
         if a.kind.startswith("SEND"):
             producer = ("F",) if a.kind == "SEND_F" else ("I", "B")
-            if not any((k, a.stage, a.microbatch) in done[rank] for k in producer):
-                raise InputError("csv", f"rank {rank} action {pc[rank]} ({a}): sends the output of an op not run "
-                                        "before it on this rank")
+            if not any((k, a.stage, a.microbatch) in self.done[rank] for k in producer):
+                raise InputError("csv", f"rank {rank} action {self.pc[rank]} ({a}): sends the output of an op not "
+                                        "run before it on this rank")
         key = (a.kind, a.stage, a.microbatch)
-        if key in posted[rank]:
-            raise InputError("csv", f"rank {rank} action {pc[rank]} ({a}): posted twice")
-        pair_k = channel_index[(rank, pc[rank])]
-        posted[rank][key] = (pair_k, pc[rank])
+        if key in self.posted[rank]:
+            raise InputError("csv", f"rank {rank} action {self.pc[rank]} ({a}): posted twice")
+        pair_k = self.channel_index[(rank, self.pc[rank])]
+        self.posted[rank][key] = (pair_k, self.pc[rank])
         message = pair_k[0] + (pair_k[1],)
         if a.kind.startswith("SEND"):
-            at.setdefault(message, []).append(clock[rank] + latency(a.stage, _peer_stage(a), a.microbatch))
+            self.at.setdefault(message, []).append(
+                self.clock[rank] + self.latency(a.stage, _peer_stage(a), a.microbatch))
         else:
-            at.setdefault(message, []).append(clock[rank])
-        issued.setdefault(message, set()).add(rank)
-        complete(pair_k[0])
+            self.at.setdefault(message, []).append(self.clock[rank])
+        self.issued.setdefault(message, set()).add(rank)
+        self.complete(pair_k[0])
 
-    def is_complete(peer_pair_k) -> bool:
-        pair, k = peer_pair_k
-        return completed.get(pair, 0) > k
+    def is_complete(self, pair_k) -> bool:
+        pair, k = pair_k
+        return self.completed.get(pair, 0) > k
 
-    def arrival(peer_pair_k) -> float:
-        pair, k = peer_pair_k
-        return arrived[pair + (k,)]
+    def arrival(self, pair_k) -> float:
+        pair, k = pair_k
+        return self.arrived[pair + (k,)]
 
-    def start(rank: int, a: Action) -> float:
+    def start(self, rank: int, a: Action) -> float:
         """When the part of ``a`` (which can run) that needs its input starts: the rank is free, has
         done the lead, and what it waits for has arrived."""
         if a.kind in _COMMS:
-            if recv_blocks and a.kind.startswith("RECV"):
-                return max(clock[rank], arrival(channel_index[(rank, pc[rank])]))
-            return clock[rank]
-        ready = clock[rank] + lead(rank, a)
+            if self.recv_blocks and a.kind.startswith("RECV"):
+                return max(self.clock[rank], self.arrival(self.channel_index[(rank, self.pc[rank])]))
+            return self.clock[rank]
+        ready = self.clock[rank] + self.lead(rank, a)
         if a.kind in ("F", "I", "B"):
             recv = ("RECV_F" if a.kind == "F" else "RECV_B", a.stage, a.microbatch)
             source = a.stage - 1 if a.kind == "F" else a.stage + 1
-            if recv in posted[rank] and rank_of.get(source, rank) != rank:
-                return max(ready, arrival(posted[rank][recv][0]))
+            if recv in self.posted[rank] and self.rank_of.get(source, rank) != rank:
+                return max(ready, self.arrival(self.posted[rank][recv][0]))
         return ready
 
-    def blocker(rank: int, a: Action):
+    def blocker(self, rank: int, a: Action):
         """None when action ``a`` can run now, else what it waits for (InputError if never)."""
-        here = f"rank {rank} action {pc[rank]} ({a})"
+        here = f"rank {rank} action {self.pc[rank]} ({a})"
         if a.kind in _COMMS:
-            if recv_blocks and a.kind.startswith("RECV") and not is_complete(channel_index[(rank, pc[rank])]):
-                return f"its sender (rank {rank_of[_peer_stage(a)]})"
+            if self.recv_blocks and a.kind.startswith("RECV") \
+                    and not self.is_complete(self.channel_index[(rank, self.pc[rank])]):
+                return f"its sender (rank {self.rank_of[_peer_stage(a)]})"
             return None
         if a.kind in ("REDUCE_GRAD", "UNSHARD", "RESHARD"):
             return None
+        done = self.done[rank]
         if a.kind == "W":
-            if ("I", a.stage, a.microbatch) not in done[rank]:
+            if ("I", a.stage, a.microbatch) not in done:
                 raise InputError("csv", f"{here}: W before its I on this rank")
             return None
         forward = a.kind == "F"
-        if not forward and ("F", a.stage, a.microbatch) not in done[rank]:
+        if not forward and ("F", a.stage, a.microbatch) not in done:
             raise InputError("csv", f"{here}: backward before its forward on this rank")
         source = a.stage - 1 if forward else a.stage + 1
-        if source < 0 or source not in rank_of:
+        if source < 0 or source not in self.rank_of:
             return None
-        if rank_of[source] == rank:
+        if self.rank_of[source] == rank:
             kinds = ("F",) if forward else ("I", "B")
-            if not any((k, source, a.microbatch) in done[rank] for k in kinds):
+            if not any((k, source, a.microbatch) in done for k in kinds):
                 raise InputError("csv", f"{here}: its input from stage {source} (same rank) is not computed before it")
             return None
         need = Action(a.stage, "RECV_F" if forward else "RECV_B", a.microbatch)
         recv = (need.kind, need.stage, need.microbatch)
-        if recv not in posted[rank]:
+        if recv not in self.posted[rank]:
             raise InputError("csv", f"{here}: consumes {need}, not posted before it on this rank")
-        return None if is_complete(posted[rank][recv][0]) else f"{need} from rank {rank_of[source]}"
+        return None if self.is_complete(self.posted[rank][recv][0]) else f"{need} from rank {self.rank_of[source]}"
 
-    while any(pc[r] < len(row) for r, row in enumerate(rows)):
-        rounds += 1
-        progress = False
-        for rank, row in enumerate(rows):
-            while pc[rank] < len(row):
-                a = row[pc[rank]]
-                key = (a.kind, a.stage, a.microbatch)
-                if a.kind in _COMMS and posted[rank].get(key, (None, None))[1] != pc[rank]:
-                    post(rank, a)
-                    progress = True
-                if blocker(rank, a) is not None:
-                    break
-                clock[rank] = start(rank, a) + duration(rank, a)
-                done[rank].add((a.kind, a.stage, a.microbatch))
-                pc[rank] += 1
+    def advance(self, rank: int) -> bool:
+        """Run ``rank``'s row as far as it can go now; whether it moved."""
+        row, progress = self.rows[rank], False
+        while self.pc[rank] < len(row):
+            a = row[self.pc[rank]]
+            key = (a.kind, a.stage, a.microbatch)
+            if a.kind in _COMMS and self.posted[rank].get(key, (None, None))[1] != self.pc[rank]:
+                self.post(rank, a)
                 progress = True
-        if not progress:
-            stuck = [f"rank {r} at action {pc[r]} ({row[pc[r]]}) waits for {blocker(r, row[pc[r]])}"
-                     for r, row in enumerate(rows) if pc[r] < len(row)]
-            raise DeadlockError("the schedule hangs: " + "; ".join(stuck))
-    return rounds, clock
+            if self.blocker(rank, a) is not None:
+                break
+            self.clock[rank] = self.start(rank, a) + self.duration(rank, a)
+            self.done[rank].add(key)
+            self.pc[rank] += 1
+            progress = True
+        return progress
+
+    def run(self) -> tuple[int, list[float]]:
+        """(rounds, when each rank ends its row); DeadlockError naming what each stuck rank waits for."""
+        rows, pc, rounds = self.rows, self.pc, 0
+        while any(pc[r] < len(row) for r, row in enumerate(rows)):
+            rounds += 1
+            if not any([self.advance(rank) for rank in range(len(rows))]):
+                stuck = [f"rank {r} at action {pc[r]} ({row[pc[r]]}) waits for {self.blocker(r, row[pc[r]])}"
+                         for r, row in enumerate(rows) if pc[r] < len(row)]
+                raise DeadlockError("the schedule hangs: " + "; ".join(stuck))
+        return rounds, self.clock
 
 
 def _match_channels(rows: list[list[Action]], rank_of: dict[int, int]) -> dict[tuple[int, int], tuple]:
