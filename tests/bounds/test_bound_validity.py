@@ -113,7 +113,7 @@ def test_sequence_bound_never_exceeds_a_proven_optimum(problem):
     assert max(makespan_lower_bound(problem).sequence_bounds) <= best + 1e-9
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spaced_problems(offload=False))
 @pytest.mark.slow
 def test_idle_bound_never_exceeds_a_proven_optimum(problem):

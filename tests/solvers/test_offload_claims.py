@@ -128,11 +128,11 @@ def _assert_enough_compared(total: dict[str, int], verified: int, wanted: int) -
 
 
 # how many random problems the slow run checks: 30 in CI (about 1 minute); the full campaign of 200
-# (914 claims, none wrong) is PPSOLVE_CLAIM_PROBLEMS=200 python -m pytest -m slow -s tests/solvers/test_offload_claims.py
+# (914 claims, none wrong) is PPSOLVE_CLAIM_PROBLEMS=200 python -m pytest -m long -s tests/solvers/test_offload_claims.py
 CLAIM_PROBLEMS = int(os.environ.get("PPSOLVE_CLAIM_PROBLEMS", "20"))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_claims_hold_on_random_problems():
     total, verified, unproven = _tally(range(6, 6 + 2 * CLAIM_PROBLEMS), CLAIM_PROBLEMS)
     print(f"\n{verified} problems, claims checked: {total}, unproven by the independent model: {unproven}")

@@ -122,7 +122,7 @@ CROSS = [
     # transfers a quarter of a compute op: 13, 4 offloaded
     dict(devices=2, microbatches=4, memory_capacity=1, offload=OFFLOAD_4),
     # 14.25, 8 offloaded (the lower bound is 14: the MILP needs some 10 to 30 CPU seconds to prove it)
-    pytest.param(dict(devices=3, microbatches=4, memory_capacity=1, offload=OFFLOAD_4), marks=pytest.mark.slow),
+    pytest.param(dict(devices=3, microbatches=4, memory_capacity=1, offload=OFFLOAD_4), marks=pytest.mark.long),
     dict(devices=3, microbatches=3, memory_capacity=[2, 1.5, 1], memory_activation=1, memory_weight_hold=0.5),
     dict(devices=2, microbatches=3, chunks=2, placement="vshape", memory_capacity=2, time_p2p=1),
 ]
