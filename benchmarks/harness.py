@@ -58,6 +58,17 @@ def write_section(path: Path, text: str) -> None:
     write_text_atomic(path, text.rstrip("\n") + "\n")
 
 
+def publish(text: str, section: Path | None = None, json_path: Path | None = None, rows: list | None = None) -> int:
+    """The end of a report: its figures to ``json_path`` (when given with ``rows``), its section to ``section``,
+    the section on stdout; exit status 0."""
+    if json_path is not None and rows is not None:
+        write_json_atomic(json_path, rows)
+    if section is not None:
+        write_section(section, text)
+    print(text)
+    return 0
+
+
 def write_problems(folder: Path, files: dict[str, dict]) -> None:
     """Write each problem (file name -> its JSON data) into ``folder`` atomically."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,6 @@ from benchmarks.harness import ROOT, fmt
 from benchmarks.reports.recompute_bench import baseline_plans
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
-from ppsolve.jsonio import write_json_atomic
 from ppsolve.problem import load_problem
 from ppsolve.solvers import SolveOptions, solve
 
@@ -116,13 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.problem:48s} {fmt(r.makespan, '.2f'):>10s} bound {fmt(r.lower_bound, '.2f'):>10s} "
                   f"gap {fmt(None if r.gap is None else 100 * r.gap, '.1f'):>5s} % {r.seconds:5.0f}s {r.note}",
                   flush=True)
-        if args.json:
-            write_json_atomic(args.json, [asdict(r) for r in rows])
-    text = section(rows, _command(args))
-    if args.section:
-        harness.write_section(args.section, text)
-    print(text)
-    return 0
+    return harness.publish(section(rows, _command(args)), args.section, None if args.render else args.json,
+                           [asdict(r) for r in rows])
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from benchmarks import harness
 from benchmarks.harness import ROOT, fmt
 from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
-from ppsolve.jsonio import write_json_atomic
 from ppsolve.methods import SKIPPED, RunOptions, get_method, run_and_check
 from ppsolve.problem import Problem, load_problem, problem_from_dict
 from ppsolve.schedule import Schedule
@@ -183,13 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path.stem:45s} {plan.plan:38s} {fmt(plan.makespan, '.2f'):>10s} {plan.status:9s} "
                       f"R {plan.recomputed:4d} off {plan.offloaded:8.3f} {plan.seconds:6.0f}s {plan.note}",
                       flush=True)
-        if args.json:
-            write_json_atomic(args.json, [asdict(p) for p in plans])
-    text = section(plans, args.time_limit, args.threads, _command(args))
-    if args.section:
-        harness.write_section(args.section, text)
-    print(text)
-    return 0
+    return harness.publish(section(plans, args.time_limit, args.threads, _command(args)), args.section,
+                           None if args.render else args.json, [asdict(p) for p in plans])
 
 
 if __name__ == "__main__":
