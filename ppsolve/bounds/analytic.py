@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
 from ppsolve.bounds.drain import least_drain
+from ppsolve.bounds.last_backward import least_last_tail
 from ppsolve.bounds.chains import Chains, columns, longest_from, microbatch_chains, one_microbatch
 from ppsolve.bounds.relaxation import least_costs
 from ppsolve.errors import InfeasibleError
@@ -37,6 +38,7 @@ class MakespanBound:
     recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
     forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
     drain_bounds: tuple[float, ...] = ()  # load + forced idle, the drain with its recompute and reloads paid
+    last_backward_bounds: tuple[float, ...] = ()  # head + load + the tail after the last B that held W fill
 
     @property
     def binding(self) -> str:
@@ -52,6 +54,8 @@ class MakespanBound:
                        for d, b in enumerate(self.recompute_bounds)]
         candidates += [(b, f"load and forced idle of device {d}, with the recompute and reloads of its drain")
                        for d, b in enumerate(self.drain_bounds)]
+        candidates += [(b, f"load of device {d} and the tail after its last B, which only the W its cap holds fill")
+                       for d, b in enumerate(self.last_backward_bounds)]
         top = max(c[0] for c in candidates)
         ties = (name for value, name in candidates if value >= top - slack(top))  # ties: the simplest
         return next(ties, candidates[0][1])
@@ -268,6 +272,17 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
     return bound(least_drain(problem, items, chains.weight, f_tail, c))
 
 
+def last_backward_bound(problem: Problem, device: int, chains: Chains) -> float:
+    """head + load + the idle after the device's last B that the W ops its cap lets it hold cannot fill
+    (``ppsolve.bounds.last_backward``, where the argument is); 0 without a cap or split backward."""
+    stages = problem.stages_of_device[device]
+    if not stages or problem.capacity[device] is None or not problem.split_backward:
+        return 0.0
+    items = chains.items(stages)
+    head = min(chains.f_head[i] for i in items)
+    return head + problem.device_load(device) + least_last_tail(problem, items, chains.weight, chains.b_tail)
+
+
 def _whole_fill(problem: Problem, items: list, weight: int) -> float:
     """B and W work that whole activations of ``items`` bring within the cap (a whole number of each, the
     most work per unit of memory first): one choice of what is held, so the least drain is at most
@@ -423,9 +438,10 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     recompute = tuple(f.bound for f in forced)
     floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)
     drain = tuple(drain_bound(problem, d, chains, floor) for d in range(problem.devices))
-    return MakespanBound(max(floor, max(drain)),
+    last_b = tuple(last_backward_bound(problem, d, chains) for d in range(problem.devices))
+    return MakespanBound(max(floor, max(drain), max(last_b)),
                          devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced),
-                         drain)
+                         drain, last_b)
 
 
 def min_capacity(problem: Problem, offload: bool = False, recompute: bool = False) -> list[float]:

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             "idle_bounds": list(bound.idle_bounds), "admission_bounds": list(bound.admission_bounds),
             "sequence_bounds": list(bound.sequence_bounds),
             "recompute_bounds": list(bound.recompute_bounds), "forced_recompute": list(bound.forced_recompute),
-            "drain_bounds": list(bound.drain_bounds),
+            "drain_bounds": list(bound.drain_bounds), "last_backward_bounds": list(bound.last_backward_bounds),
             "critical_path": bound.critical_path,
             "min_capacity": {"no_offload": no_off, "offload": with_off, "all_levers": with_rec},
             "capacity": list(problem.capacity), "feasible": True,
@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if any(bound.drain_bounds):
         print("  per device (load + forced idle, the recompute and reloads after the last F paid for): "
               + ", ".join(f"{b:g}" for b in bound.drain_bounds))
+    if any(bound.last_backward_bounds):
+        print("  per device (head + load + the tail after the last B that only the W its cap holds fill): "
+              + ", ".join(f"{b:g}" for b in bound.last_backward_bounds))
     if split is not None:
         print(_split_line(split))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"

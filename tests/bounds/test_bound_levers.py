@@ -105,13 +105,16 @@ def _check(problem, best: float, tally: dict) -> None:
     others = max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
                  + bound.recompute_bounds + (bound.critical_path,))
     tally["drain_above_the_rest"] += drain > others + 1e-9
+    last_b = max(bound.last_backward_bounds, default=0.0)
+    tally["last_b_above_the_rest"] += last_b > max(others, drain) + 1e-9
     tally["tight"] += bound.value >= best - 1e-9
 
 
 def run_recompute(count: int, seed: int) -> dict:
     """Compare ``count`` drawn problems with recompute against their enumerated optimum."""
     rng = random.Random(seed)
-    tally = {"compared": 0, "per_microbatch": 0, "two_chunks": 0, "drain_above_the_rest": 0, "tight": 0}
+    tally = {"compared": 0, "per_microbatch": 0, "two_chunks": 0, "drain_above_the_rest": 0,
+             "last_b_above_the_rest": 0, "tight": 0}
     attempts = 0
     while tally["compared"] < count:
         attempts += 1
@@ -135,7 +138,8 @@ def run_recompute(count: int, seed: int) -> dict:
 def run_offload(count: int, seed: int, seconds: float = 10) -> dict:
     """Compare up to ``count`` drawn problems with offload against the independent MILP's proven optimum."""
     rng = random.Random(seed)
-    tally = {"compared": 0, "unproven": 0, "recompute": 0, "drain_above_the_rest": 0, "tight": 0}
+    tally = {"compared": 0, "unproven": 0, "recompute": 0, "drain_above_the_rest": 0, "last_b_above_the_rest": 0,
+             "tight": 0}
     for _ in range(count):
         data = draw_offload(rng)
         problem = problem_from_dict(data)

@@ -1,0 +1,78 @@
+"""The tail after a device's last B, which only the W ops it holds can fill (used by
+``ppsolve.bounds.analytic.last_backward_bound``).
+
+Fix a device with cap C (split backward) and a schedule of makespan T. Let B(i*) be the B of the
+device that starts last, i* = (s*, j*). Every F, R and other B of the device ends before B(i*) starts
+(an F and an R precede their own B, which starts no later), so after B(i*) ends the device runs W
+ops only, and T >= end(B(i*)) + b_tail(i*), the least chain after that B ends (the B of the earlier
+stages, then the first stage's W).
+
+A W that runs after B(i*) ends, other than W(i*), has its B ended before B(i*) started: its weight
+hold is held from that end to its W's end, so throughout B(i*). During B(i*) the device also holds
+the whole activation of i* (a RELOAD ends and an R runs before their B; nothing of a pair is on host
+or dropped while its B runs; where some B of the device lasts 0, no instant is inside it, and the
+figure is 0). Hence a(i*) + (the holds of those W) <= C, and the W work after B(i*)
+is at most W(i*) + fill(C - a(i*)), the most W work of other pairs whose holds fit the room (a
+knapsack; its fractional optimum is an upper bound where the device's pairs differ, the whole count
+where they are alike). The device's work before B(i*) ends is then at least load - that, and starts
+at or after the device's head, so
+
+    T >= head + load + min over i of (b_tail(i) - W(i) - fill_i(C - a(i))).
+
+No lever lowers a weight hold or the activation a B runs with, so the figure holds with recompute
+and offload. It binds where the last devices hold large weight holds under a tight cap: there,
+deferring W into the drain (what zero-bubble plans do without a cap) is limited to a few W.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ppsolve.ops import OpKind
+from ppsolve.problem import Problem
+
+
+def most_w_work(kinds: list[tuple[float, float, int]], room: float) -> float:
+    """An upper bound on the W work of held pairs whose holds sum to at most ``room``: ``kinds`` lists
+    (W duration, hold, how many pairs of that kind). One kind: the whole count that fits; several:
+    the fractional knapsack, most work per hold first (at least the whole-count optimum)."""
+    kinds = [(w, h, n) for w, h, n in kinds if w > 0 and n > 0]
+    if room < 0:
+        return 0.0
+    free = sum(w * n for w, h, n in kinds if h <= 0)
+    held = [(w, h, n) for w, h, n in kinds if h > 0]
+    if len(held) == 1:
+        w, h, n = held[0]
+        return free + w * min(n, math.floor(room / h + 1e-9))
+    work = free
+    for w, h, n in sorted(held, key=lambda k: -k[0] / k[1]):
+        take = min(n, room / h)
+        work, room = work + take * w, room - take * h
+        if room <= 0:
+            break
+    return work
+
+
+def least_last_tail(problem: Problem, items: list[tuple[int, int]], weight: int, b_tail: dict) -> float:
+    """The least of b_tail(i) - W(i) - fill_i(C - a(i)) over the device's ``items`` (stage, microbatch),
+    each standing for ``weight`` microbatches (see the module docstring); 0 without a cap or split."""
+    if not items or not problem.split_backward:
+        return 0.0
+    cap = problem.capacity[problem.placement[items[0][0]]]
+    if cap is None:
+        return 0.0
+    d = problem.duration
+    if any(d(OpKind.B, *i) <= 0 for i in items):
+        return 0.0  # a B of no length holds nothing at an instant (releases count first)
+    w = {i: d(OpKind.W, *i) for i in items}
+    hold = {i: problem.weight_hold.at(*i) for i in items}
+    # pairs alike (same W and hold) form one kind of the knapsack
+    counts: dict[tuple[float, float], int] = {}
+    for i in items:
+        counts[(w[i], hold[i])] = counts.get((w[i], hold[i]), 0) + weight
+    least = math.inf
+    for i in items:
+        kinds = [(wk, hk, n - ((wk, hk) == (w[i], hold[i]))) for (wk, hk), n in counts.items()]
+        fill = most_w_work(kinds, cap - problem.activation.at(*i))
+        least = min(least, b_tail[i] - w[i] - fill)
+    return max(0.0, least)
