@@ -2,13 +2,15 @@
 
     python -m benchmarks.reports.realistic_gaps [--time-limit 300] [--threads 2] [--seed 1]
         [--section docs/bench/sections/52-realistic-gaps.md] [--json docs/bench/realistic_gaps.json]
-        [problem.json ...]
+        [--previous OLD.json [--previous-run TEXT]] [problem.json ...]
 
 Every problem of instances/realistic/ (8B-like and 13B-like on 8 H100s, linear and v = 2, three activation
 budgets each, recompute and offload allowed) by default. For each: Megatron's full recompute and AdaPipe-like
 per-stage recompute (``recompute_bench.baseline_plans``: the best of their rows), then one solve of the problem
 as it is (offload and recompute), its makespan, its proven lower bound and the gap between them. Every schedule
-is checked. The summary gives the median and the largest gap.
+is checked. The summary gives the median and the largest gap. ``--previous`` puts an earlier run's solve and
+bound (its ``--json`` file, e.g. ``git show COMMIT:docs/bench/realistic_gaps.json``) beside each row, with
+``--previous-run`` saying what that run was.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from benchmarks import harness
 from benchmarks.harness import ROOT, fmt
@@ -43,6 +46,8 @@ class Row:
     seconds: float = 0.0
     valid: bool = False
     note: str = ""
+    previous_makespan: float | None = None  # an earlier run's (--previous)
+    previous_bound: float | None = None
 
     @property
     def gap(self) -> float | None:
@@ -72,18 +77,22 @@ def measure(path, time_limit: float, threads: int | None, seed: int) -> Row:
     return row
 
 
-def section(rows: list[Row], command: str) -> str:
+def section(rows: list[Row], command: str, previous_run: str = "") -> str:
+    before = any(r.previous_makespan is not None for r in rows)
     lines = ["## The solver's gap on the realistic problems", "",
              f"Measured by `{command}` (one run, one solve per problem; 2-core machine). Offload and recompute "
-             "allowed; the bound is the solve's proven lower bound. Times in ms.", "",
-             "| problem | Megatron full recompute | AdaPipe-like | solve | bound | gap | status | s | valid |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+             "allowed; the bound is the solve's proven lower bound. Times in ms."
+             + (f" The columns *before* are {previous_run}." if before and previous_run else ""), "",
+             "| problem | Megatron full recompute | AdaPipe-like | " + ("solve before | bound before | " if before else "")
+             + "solve | bound | gap | status | s | valid |",
+             "|---|---:|---:|" + ("---:|---:|" if before else "") + "---:|---:|---:|---|---:|---|"]
     for r in rows:
+        then = f"{fmt(r.previous_makespan, '.2f')} | {fmt(r.previous_bound, '.2f')} | " if before else ""
         if r.makespan is None:
-            lines.append(f"| {r.problem} | {fmt(r.megatron_full, '.2f')} | {fmt(r.adapipe_like, '.2f')} | - | | | "
+            lines.append(f"| {r.problem} | {fmt(r.megatron_full, '.2f')} | {fmt(r.adapipe_like, '.2f')} | {then}- | | | "
                          f"{r.note} | | |")
             continue
-        lines.append(f"| {r.problem} | {fmt(r.megatron_full, '.2f')} | {fmt(r.adapipe_like, '.2f')} | "
+        lines.append(f"| {r.problem} | {fmt(r.megatron_full, '.2f')} | {fmt(r.adapipe_like, '.2f')} | {then}"
                      f"{r.makespan:.2f} | {r.lower_bound:.2f} | {100 * r.gap:.1f} % | {r.status} | {r.seconds:.0f} | "
                      f"{'yes' if r.valid else 'NO'} |")
     gaps = [r.gap for r in rows if r.gap is not None]
@@ -104,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__, problems=True, time_limit=300.0, threads=None, section=None, json=None,
                             render=None)
     parser.add_argument("--seed", type=int, default=1, help="the solver's seed")
+    parser.add_argument("--previous", type=Path, help="an earlier run's --json file: its solve and bound beside each row")
+    parser.add_argument("--previous-run", default="", help="what that run was (a sentence for the section)")
     args = parser.parse_args(argv)
+    earlier = {row["problem"]: row for row in json.loads(args.previous.read_text())} if args.previous else {}
     if args.render:
         rows = [Row(**row) for row in json.loads(args.render.read_text())]
     else:
@@ -112,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         for path in harness.problem_paths(args.problems, ROOT / "instances" / "realistic"):
             rows.append(measure(path, args.time_limit, args.threads, args.seed))
             r = rows[-1]
+            if r.problem in earlier:
+                r.previous_makespan, r.previous_bound = earlier[r.problem]["makespan"], earlier[r.problem]["lower_bound"]
             print(f"{r.problem:48s} {fmt(r.makespan, '.2f'):>10s} bound {fmt(r.lower_bound, '.2f'):>10s} "
                   f"gap {fmt(None if r.gap is None else 100 * r.gap, '.1f'):>5s} % {r.seconds:5.0f}s {r.note}",
                   flush=True)
-    return harness.publish(section(rows, _command(args)), args.section, None if args.render else args.json,
+    return harness.publish(section(rows, _command(args), args.previous_run), args.section, None if args.render else args.json,
                            [asdict(r) for r in rows])
 
 
