@@ -97,13 +97,18 @@ def draw_offload(rng: random.Random) -> dict:
     return data
 
 
+def _others(bound) -> float:
+    """The largest figure of ``bound`` other than the drain and the tail after the last B."""
+    return max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
+               + bound.recompute_bounds + bound.sequence_bounds + (bound.critical_path,))
+
+
 def _check(problem, best: float, tally: dict) -> None:
     bound = makespan_lower_bound(problem)
     assert bound.value <= best + 1e-9, (problem, bound, best)
     tally["compared"] += 1
     drain = max(bound.drain_bounds, default=0.0)
-    others = max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
-                 + bound.recompute_bounds + (bound.critical_path,))
+    others = _others(bound)
     tally["drain_above_the_rest"] += drain > others + 1e-9
     last_b = max(bound.last_backward_bounds, default=0.0)
     tally["last_b_above_the_rest"] += last_b > max(others, drain) + 1e-9
@@ -189,8 +194,7 @@ def test_the_drain_with_its_recompute_paid_rises_above_the_other_figures_and_sta
     problem = problem_from_dict(data)
     best = optimum(Tiny(data), problem, [1, 1])
     bound = makespan_lower_bound(problem)
-    others = max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
-                 + bound.recompute_bounds + (bound.critical_path,))
+    others = _others(bound)
     assert others == pytest.approx(24) and best == pytest.approx(25)
     assert others < bound.drain_bounds[1] == bound.value <= best
     assert bound.binding == "load and forced idle of device 1, with the recompute and reloads of its drain"
@@ -208,8 +212,7 @@ def test_the_tail_after_the_last_b_rises_above_the_other_figures_and_stays_under
     problem = problem_from_dict(data)
     best = optimum(Tiny(data), problem, [3, 1])
     bound = makespan_lower_bound(problem)
-    others = max(bound.device_bounds + bound.idle_bounds + bound.memory_bounds + bound.admission_bounds
-                 + bound.recompute_bounds + bound.drain_bounds + bound.sequence_bounds + (bound.critical_path,))
+    others = max(_others(bound), *bound.drain_bounds)
     assert others == pytest.approx(19) and best == pytest.approx(21)
     assert others < bound.last_backward_bounds[1] == pytest.approx(20) == bound.value <= best
     assert bound.binding == "load of device 1 and the tail after its last B, which only the W its cap holds fill"
