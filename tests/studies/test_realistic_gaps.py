@@ -44,3 +44,8 @@ def test_an_earlier_run_stands_beside_each_row(tmp_path):
     # read back from the JSON, the section is the same
     assert realistic_gaps.section([realistic_gaps.Row(**r) for r in json.loads(out.read_text())],
                                   "x", "a run of long ago").count("| 999.50 | 111.25 |") == 1
+
+
+def test_a_bound_met_up_to_rounding_is_no_gap():
+    row = realistic_gaps.Row("c", None, None, 3616.76, 3616.7600000000007, "optimal", 1.0, True)
+    assert row.gap == 0.0 and "| 0.0 % |" in realistic_gaps.section([row], "cmd")
