@@ -13,8 +13,7 @@ the whole activation of i* (a RELOAD ends and an R runs before their B; nothing 
 or dropped while its B runs; where some B of the device lasts 0, no instant is inside it, and the
 figure is 0). Hence a(i*) + (the holds of those W) <= C, and the W work after B(i*)
 is at most W(i*) + fill(C - a(i*)), the most W work of other pairs whose holds fit the room (a
-knapsack; its fractional optimum is an upper bound where the device's pairs differ, the whole count
-where they are alike). The device's work before B(i*) ends is then at least load - that, and starts
+knapsack, bounded by ``ppsolve.bounds.idle.most_work``). The device's work before B(i*) ends is then at least load - that, and starts
 at or after the device's head, so
 
     T >= head + load + min over i of (b_tail(i) - W(i) - fill_i(C - a(i))).
@@ -28,29 +27,9 @@ from __future__ import annotations
 
 import math
 
+from ppsolve.bounds.idle import Group, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
-
-
-def most_w_work(kinds: list[tuple[float, float, int]], room: float) -> float:
-    """An upper bound on the W work of held pairs whose holds sum to at most ``room``: ``kinds`` lists
-    (W duration, hold, how many pairs of that kind). One kind: the whole count that fits; several:
-    the fractional knapsack, most work per hold first (at least the whole-count optimum)."""
-    kinds = [(w, h, n) for w, h, n in kinds if w > 0 and n > 0]
-    if room < 0:
-        return 0.0
-    free = sum(w * n for w, h, n in kinds if h <= 0)
-    held = [(w, h, n) for w, h, n in kinds if h > 0]
-    if len(held) == 1:
-        w, h, n = held[0]
-        return free + w * min(n, math.floor(room / h + 1e-9))
-    work = free
-    for w, h, n in sorted(held, key=lambda k: -k[0] / k[1]):
-        take = min(n, room / h)
-        work, room = work + take * w, room - take * h
-        if room <= 0:
-            break
-    return work
 
 
 def least_last_tail(problem: Problem, items: list[tuple[int, int]], weight: int, b_tail: dict) -> float:
@@ -72,7 +51,7 @@ def least_last_tail(problem: Problem, items: list[tuple[int, int]], weight: int,
         counts[(w[i], hold[i])] = counts.get((w[i], hold[i]), 0) + weight
     least = math.inf
     for i in items:
-        kinds = [(wk, hk, n - ((wk, hk) == (w[i], hold[i]))) for (wk, hk), n in counts.items()]
-        fill = most_w_work(kinds, cap - problem.activation.at(*i))
+        kinds = [Group(n - ((wk, hk) == (w[i], hold[i])), ((hk, wk),)) for (wk, hk), n in counts.items()]
+        fill = most_work(kinds, cap - problem.activation.at(*i))
         least = min(least, b_tail[i] - w[i] - fill)
     return max(0.0, least)
