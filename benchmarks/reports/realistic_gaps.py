@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, help="an earlier run's --json file: its solve and bound beside each row")
     parser.add_argument("--previous-run", default="", help="what that run was (a sentence for the section)")
     args = parser.parse_args(argv)
-    earlier = {row["problem"]: row for row in json.loads(args.previous.read_text())} if args.previous else {}
-    if args.render:
+    if args.render:  # the rows hold an earlier run's figures already
         rows = [Row(**row) for row in json.loads(args.render.read_text())]
     else:
+        earlier = {row["problem"]: row for row in json.loads(args.previous.read_text())} if args.previous else {}
         rows = []
         for path in harness.problem_paths(args.problems, ROOT / "instances" / "realistic"):
             rows.append(measure(path, args.time_limit, args.threads, args.seed))

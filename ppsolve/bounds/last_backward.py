@@ -13,8 +13,8 @@ the whole activation of i* (a RELOAD ends and an R runs before their B; nothing 
 or dropped while its B runs; where some B of the device lasts 0, no instant is inside it, and the
 figure is 0). Hence a(i*) + (the holds of those W) <= C, and the W work after B(i*)
 is at most W(i*) + fill(C - a(i*)), the most W work of other pairs whose holds fit the room (a
-knapsack, bounded by ``ppsolve.bounds.idle.most_work``). The device's work before B(i*) ends is then at least load - that, and starts
-at or after the device's head, so
+knapsack, bounded by ``ppsolve.bounds.idle.most_work``). The device's work before B(i*) ends is then
+at least load - that, and starts at or after the device's head, so
 
     T >= head + load + min over i of (b_tail(i) - W(i) - fill_i(C - a(i))).
 
@@ -33,13 +33,9 @@ from ppsolve.problem import Problem
 
 
 def least_last_tail(problem: Problem, items: list[tuple[int, int]], weight: int, b_tail: dict) -> float:
-    """The least of b_tail(i) - W(i) - fill_i(C - a(i)) over the device's ``items`` (stage, microbatch),
-    each standing for ``weight`` microbatches (see the module docstring); 0 without a cap or split."""
-    if not items or not problem.split_backward:
-        return 0.0
+    """The least of b_tail(i) - W(i) - fill_i(C - a(i)) over the ``items`` (stage, microbatch) of a capped
+    device of a split-backward problem, each standing for ``weight`` microbatches (module docstring)."""
     cap = problem.capacity[problem.placement[items[0][0]]]
-    if cap is None:
-        return 0.0
     d = problem.duration
     if any(d(OpKind.B, *i) <= 0 for i in items):
         return 0.0  # a B of no length holds nothing at an instant (releases count first)

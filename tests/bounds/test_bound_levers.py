@@ -12,8 +12,9 @@ The optima come from models independent of ppsolve's solvers and bounds, both al
 
 The caps lie between the least that works with the levers and the least without them, so a lever is
 needed or nearly so; the draws favour a heavy last stage (where the drain bound, ``ppsolve.bounds.drain``,
-and the tail after the last B, ``ppsolve.bounds.last_backward``, work). The default run compares a sample (32 problems, a few seconds); ``-m slow`` the full set: 180 with
-recompute and 16 drawn with offload, of which those proven (at least 10) count, over 200 in all.
+and the tail after the last B, ``ppsolve.bounds.last_backward``, work). The default run compares a sample
+(32 problems, a few seconds); ``-m slow`` the full set: 180 with recompute and 16 drawn with offload, of
+which those proven (at least 10) count, over 200 in all.
 """
 
 from __future__ import annotations
