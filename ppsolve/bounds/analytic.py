@@ -38,7 +38,7 @@ class MakespanBound:
     recompute_bounds: tuple[float, ...] = ()  # load + the recompute the cap forces (0: cannot recompute)
     forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
     drain_bounds: tuple[float, ...] = ()  # load + forced idle, the drain with its recompute and reloads paid
-    last_backward_bounds: tuple[float, ...] = ()  # head + load + the tail after the last B that held W fill
+    last_backward_bounds: tuple[float, ...] = ()  # load + idle before the first B + the tail after the last B
 
     @property
     def binding(self) -> str:
@@ -54,7 +54,8 @@ class MakespanBound:
                        for d, b in enumerate(self.recompute_bounds)]
         candidates += [(b, f"load and forced idle of device {d}, with the recompute and reloads of its drain")
                        for d, b in enumerate(self.drain_bounds)]
-        candidates += [(b, f"load of device {d} and the tail after its last B, which only the W its cap holds fill")
+        candidates += [(b, f"load of device {d}, its forced idle before its first B and the tail after its last B, "
+                            "which only the W its cap holds fill")
                        for d, b in enumerate(self.last_backward_bounds)]
         top = max(c[0] for c in candidates)
         ties = (name for value, name in candidates if value >= top - slack(top))  # ties: the simplest
@@ -273,14 +274,15 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
 
 
 def last_backward_bound(problem: Problem, device: int, chains: Chains) -> float:
-    """head + load + the idle after the device's last B that the W ops its cap lets it hold cannot fill
+    """load + the idle the cap forces before the device's first B (``least_idle_before_first_b``, at
+    least its head) + the idle after its last B that the W ops its cap lets it hold cannot fill
     (``ppsolve.bounds.last_backward``, where the argument is); 0 without a cap or split backward."""
     stages = problem.stages_of_device[device]
     if not stages or problem.capacity[device] is None or not problem.split_backward:
         return 0.0
-    items = chains.items(stages)
-    head = min(chains.f_head[i] for i in items)
-    return head + problem.device_load(device) + least_last_tail(problem, items, chains.weight, chains.b_tail)
+    parts = _idle_parts(problem, device, chains)
+    before = least_idle_before_first_b(problem, chains, parts)
+    return parts.load + before + least_last_tail(problem, parts.items, chains.weight, chains.b_tail)
 
 
 def _whole_fill(problem: Problem, items: list, weight: int) -> float:
@@ -343,18 +345,21 @@ def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
     parts = _idle_parts(problem, device, chains)
     if parts is None:
         return 0.0
-    bound = parts.total(parts.after)
-    items, x, cap, m = parts.items, parts.data, problem.capacity[device], chains.weight
-    if cap is None:
-        return bound
+    return max(parts.total(parts.after), parts.load + least_idle_before_first_b(problem, chains, parts))
+
+
+def least_idle_before_first_b(problem: Problem, chains: Chains, parts: _IdleParts) -> float:
+    """The least idle of the device of ``parts`` before its first B starts, less the R that run then
+    (``idle_bound``'s argument): T >= its F, B and W time + this + any idle after its first B."""
+    items, x, cap, m = parts.items, parts.data, problem.capacity[problem.placement[parts.items[0][0]]], chains.weight
+    if cap is None or problem.recompute is None \
+            or not all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
+        return parts.before
     heads = [chains.f_head[i] for i in items]
     head, first_b = min(heads), min(chains.b_head[i] for i in items)
     d2h = problem.offload.d2h if problem.can_offload else 0.0
-    load = parts.load
-    if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
-        whole = _device_data(problem, items, recompute=False)
-        bound = max(bound, load + _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
-    return bound
+    whole = _device_data(problem, items, recompute=False)
+    return max(parts.before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
 
 
 def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,

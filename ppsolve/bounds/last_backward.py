@@ -13,10 +13,14 @@ the whole activation of i* (a RELOAD ends and an R runs before their B; nothing 
 or dropped while its B runs; where some B of the device lasts 0, no instant is inside it, and the
 figure is 0). Hence a(i*) + (the holds of those W) <= C, and the W work after B(i*)
 is at most W(i*) + fill(C - a(i*)), the most W work of other pairs whose holds fit the room (a
-knapsack, bounded by ``ppsolve.bounds.idle.most_work``). The device's work before B(i*) ends is then
-at least load - that, and starts at or after the device's head, so
+knapsack, bounded by ``ppsolve.bounds.idle.most_work``). So the device idles at least
+min over i of (b_tail(i) - W(i) - fill_i(C - a(i))) after B(i*) ends. Before its first B starts it
+idles at least what ``ppsolve.bounds.analytic.least_idle_before_first_b`` finds (its head, and the
+wait the cap forces on the forwards before that B; less the R that run then, which only add to the
+device's time), and the two spans are disjoint (the first B starts no later than B(i*), which lasts
+more than 0). With load the device's F, B and W time,
 
-    T >= head + load + min over i of (b_tail(i) - W(i) - fill_i(C - a(i))).
+    T >= load + idle before the first B + min over i of (b_tail(i) - W(i) - fill_i(C - a(i))).
 
 No lever lowers a weight hold or the activation a B runs with, so the figure holds with recompute
 and offload. It binds where the last devices hold large weight holds under a tight cap: there,

@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         print("  per device (load + forced idle, the recompute and reloads after the last F paid for): "
               + ", ".join(f"{b:g}" for b in bound.drain_bounds))
     if any(b > d + EPS for b, d in zip(bound.last_backward_bounds, bound.device_bounds)):
-        print("  per device (head + load + the tail after the last B that only the W its cap holds fill): "
+        print("  per device (load + forced idle before the first B + the tail after the last B that only the W its cap "
+              "holds fill): "
               + ", ".join(f"{b:g}" for b in bound.last_backward_bounds))
     if split is not None:
         print(_split_line(split))

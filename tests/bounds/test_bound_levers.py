@@ -216,4 +216,26 @@ def test_the_tail_after_the_last_b_rises_above_the_other_figures_and_stays_under
     others = max(_others(bound), *bound.drain_bounds)
     assert others == pytest.approx(19) and best == pytest.approx(21)
     assert others < bound.last_backward_bounds[1] == pytest.approx(20) == bound.value <= best
-    assert bound.binding == "load of device 1 and the tail after its last B, which only the W its cap holds fill"
+    assert bound.binding == ("load of device 1, its forced idle before its first B and the tail after its last B, "
+                             "which only the W its cap holds fill")
+
+
+def test_the_tail_after_the_last_b_adds_to_the_idle_the_cap_forces_before_the_first_b():
+    # V-shape on two devices, one microbatch; device 1 holds stages 1 and 2 (F 3 and 3, B 2 and 1, W 1 and 2:
+    # load 12) with room for one of their activations (2 each, cap 2). Its first B, B(2), starts no sooner
+    # than 2 + 3 + 3 + 1 + 1 = 10, and only F(1) and F(2) (6) can run before it: 4 idle there (its head
+    # is 2). After its last B the chain B(0) + W(0) = 3 must pass with only that B's own W beside it (the
+    # cap holds no weight hold beside the activation): 2 more. 12 + 4 + 2 = 18; head + load + tail
+    # gives 16, every other figure at most 16; the enumerated optimum is 19.
+    data = {"format": "ppsolve/problem@1", "devices": 2, "microbatches": 1, "chunks": 2, "placement": [0, 1, 1, 0],
+            "backward": "split",
+            "time": {"forward": [[2], [3], [3], [1]], "backward_input": [[1], [2], [1], [1]],
+                     "backward_weight": [[2], [1], [2], [1]], "p2p": [0]},
+            "memory": {"activation": [[1], [2], [2], [1]], "weight_hold": [[0], [2], [2], [1]], "capacity": [3, 2]},
+            "recompute": {"keep": [[0], [0], [0], [0]], "time": [[1], [1], [2], [2]]}}
+    problem = problem_from_dict(data)
+    best = optimum(Tiny(data), problem, [3, 2])
+    bound = makespan_lower_bound(problem)
+    others = max(_others(bound), *bound.drain_bounds)
+    assert others == pytest.approx(16) and best == pytest.approx(19)
+    assert bound.last_backward_bounds[1] == pytest.approx(18) == bound.value <= best
