@@ -244,7 +244,7 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
     return _IdleParts(items, x, load, before, after, front < all_f - EPS)
 
 
-def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.0) -> float:
+def drain_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None, floor: float = 0.0) -> float:
     """``idle_bound`` with the idle after the last F counted with the recompute and reloads that the
     microbatches the device still holds then bring (``ppsolve.bounds.drain``, where the argument is);
     0 where the problem has no lever or the device no cap. T >= load + before + after holds with any
@@ -255,10 +255,7 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
     The search (``least_drain``) runs only where the figure could exceed ``floor`` (a bound already
     known): it is at most its value at one choice of what is held, whole activations that fit the cap
     (no lever used). Elsewhere the figure with 0 for the drain, also valid."""
-    if not (problem.can_recompute or problem.can_offload) or problem.capacity[device] is None:
-        return 0.0
-    parts = _idle_parts(problem, device, chains)
-    if parts is None:
+    if not (problem.can_recompute or problem.can_offload) or problem.capacity[device] is None or parts is None:
         return 0.0
     items = parts.items
     f_tail = min(chains.f_tail[i] for i in items)
@@ -273,14 +270,12 @@ def drain_bound(problem: Problem, device: int, chains: Chains, floor: float = 0.
     return bound(least_drain(problem, items, chains.weight, f_tail, c))
 
 
-def last_backward_bound(problem: Problem, device: int, chains: Chains) -> float:
+def last_backward_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None) -> float:
     """load + the idle the cap forces before the device's first B (``least_idle_before_first_b``, at
     least its head) + the idle after its last B that the W ops its cap lets it hold cannot fill
     (``ppsolve.bounds.last_backward``, where the argument is); 0 without a cap or split backward."""
-    stages = problem.stages_of_device[device]
-    if not stages or problem.capacity[device] is None or not problem.split_backward:
+    if parts is None or problem.capacity[device] is None or not problem.split_backward:
         return 0.0
-    parts = _idle_parts(problem, device, chains)
     before = least_idle_before_first_b(problem, chains, parts)
     return parts.load + before + least_last_tail(problem, parts.items, chains.weight, chains.b_tail)
 
@@ -301,8 +296,9 @@ def _whole_fill(problem: Problem, items: list, weight: int) -> float:
     return work
 
 
-def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
-    """Load of ``device`` plus the idle time it cannot avoid before its first B and after its last F.
+def idle_bound(problem: Problem, chains: Chains, parts: _IdleParts | None) -> float:
+    """Load of a device (its ``parts``, from ``_idle_parts``) plus the idle time it cannot avoid before
+    its first B and after its last F.
 
     Before its first B starts (at t_B >= the earliest B start EB) a device runs only forwards, and
     each of them still holds its activation (less what went to host) when the last one starts.
@@ -342,7 +338,6 @@ def idle_bound(problem: Problem, device: int, chains: Chains) -> float:
     (``least_starts``, the B's and W's after t*) take the least size, the least gap and the
     largest work over the items, which keeps each inequality; heads and tails are the least.
     """
-    parts = _idle_parts(problem, device, chains)
     if parts is None:
         return 0.0
     return max(parts.total(parts.after), parts.load + least_idle_before_first_b(problem, chains, parts))
@@ -432,7 +427,8 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     heads, tails = chains.heads, chains.tails
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
-    idle = tuple(idle_bound(problem, d, chains) for d in range(problem.devices))
+    parts = [_idle_parts(problem, d, chains) for d in range(problem.devices)]  # shared by three figures
+    idle = tuple(idle_bound(problem, chains, parts[d]) for d in range(problem.devices))
     starts = admission_starts(problem, heads)
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
     path = chains.path
@@ -442,8 +438,8 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
     floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)
-    drain = tuple(drain_bound(problem, d, chains, floor) for d in range(problem.devices))
-    last_b = tuple(last_backward_bound(problem, d, chains) for d in range(problem.devices))
+    drain = tuple(drain_bound(problem, d, chains, parts[d], floor) for d in range(problem.devices))
+    last_b = tuple(last_backward_bound(problem, d, chains, parts[d]) for d in range(problem.devices))
     return MakespanBound(max(floor, max(drain), max(last_b)),
                          devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced),
                          drain, last_b)
