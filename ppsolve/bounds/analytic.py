@@ -214,6 +214,10 @@ class _IdleParts:
     before: float  # least t_B less the F work before it
     after: float  # least T - t* less the B and W work after it
     adds: bool
+    # the least idle before the first B alone, less the R run then: ``before``, or where no R is shorter than
+    # its F also the figure as if nothing were recomputed (``idle_bound``'s argument); T >= load + this + any
+    # idle after the first B
+    least_before: float
 
     def total(self, after: float) -> float:
         return self.load + (self.before + after if self.adds else max(self.before, after))
@@ -232,7 +236,8 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
     all_f, all_bw = m * sum(x.F), m * sum(x.BW)
     load = problem.device_load(device)
     if cap is None:
-        return _IdleParts(items, x, load, max(head, first_b - all_f), f_tail - all_bw, False)
+        before = max(head, first_b - all_f)
+        return _IdleParts(items, x, load, before, f_tail - all_bw, False, before)
     link = problem.offload if problem.can_offload else None
     heads = [chains.f_head[i] for i in items]
     d2h = link.d2h if link else 0.0
@@ -241,7 +246,11 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
                                   for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[i] for i in items)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    return _IdleParts(items, x, load, before, after, front < all_f - EPS)
+    least_before = before
+    if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
+        whole = _device_data(problem, items, recompute=False)
+        least_before = max(before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+    return _IdleParts(items, x, load, before, after, front < all_f - EPS, least_before)
 
 
 def drain_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None, floor: float = 0.0) -> float:
@@ -271,13 +280,12 @@ def drain_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts
 
 
 def last_backward_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None) -> float:
-    """load + the idle the cap forces before the device's first B (``least_idle_before_first_b``, at
+    """load + the idle the cap forces before the device's first B (``_IdleParts.least_before``, at
     least its head) + the idle after its last B that the W ops its cap lets it hold cannot fill
     (``ppsolve.bounds.last_backward``, where the argument is); 0 without a cap or split backward."""
     if parts is None or problem.capacity[device] is None or not problem.split_backward:
         return 0.0
-    before = least_idle_before_first_b(problem, chains, parts)
-    return parts.load + before + least_last_tail(problem, parts.items, chains.weight, chains.b_tail)
+    return parts.load + parts.least_before + least_last_tail(problem, parts.items, chains.weight, chains.b_tail)
 
 
 def _whole_fill(problem: Problem, items: list, weight: int) -> float:
@@ -296,7 +304,7 @@ def _whole_fill(problem: Problem, items: list, weight: int) -> float:
     return work
 
 
-def idle_bound(problem: Problem, chains: Chains, parts: _IdleParts | None) -> float:
+def idle_bound(parts: _IdleParts | None) -> float:
     """Load of a device (its ``parts``, from ``_idle_parts``) plus the idle time it cannot avoid before
     its first B and after its last F.
 
@@ -340,21 +348,7 @@ def idle_bound(problem: Problem, chains: Chains, parts: _IdleParts | None) -> fl
     """
     if parts is None:
         return 0.0
-    return max(parts.total(parts.after), parts.load + least_idle_before_first_b(problem, chains, parts))
-
-
-def least_idle_before_first_b(problem: Problem, chains: Chains, parts: _IdleParts) -> float:
-    """The least idle of the device of ``parts`` before its first B starts, less the R that run then
-    (``idle_bound``'s argument): T >= its F, B and W time + this + any idle after its first B."""
-    items, x, cap, m = parts.items, parts.data, problem.capacity[problem.placement[parts.items[0][0]]], chains.weight
-    if cap is None or problem.recompute is None \
-            or not all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
-        return parts.before
-    heads = [chains.f_head[i] for i in items]
-    head, first_b = min(heads), min(chains.b_head[i] for i in items)
-    d2h = problem.offload.d2h if problem.can_offload else 0.0
-    whole = _device_data(problem, items, recompute=False)
-    return max(parts.before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+    return max(parts.total(parts.after), parts.load + parts.least_before)
 
 
 def _idle_before(x: _DeviceData, heads: list[float], m: int, cap: float, head: float, first_b: float,
@@ -428,7 +422,7 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     devices = tuple(device_bound(problem, d, chains) for d in range(problem.devices))
     memory = tuple(memory_bound(problem, d, chains) for d in range(problem.devices))
     parts = [_idle_parts(problem, d, chains) for d in range(problem.devices)]  # shared by three figures
-    idle = tuple(idle_bound(problem, chains, parts[d]) for d in range(problem.devices))
+    idle = tuple(idle_bound(parts[d]) for d in range(problem.devices))
     starts = admission_starts(problem, heads)
     admission = tuple(admission_bound(problem, d, starts, heads, tails) for d in range(problem.devices))
     path = chains.path

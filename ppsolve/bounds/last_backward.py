@@ -15,7 +15,7 @@ figure is 0). Hence a(i*) + (the holds of those W) <= C, and the W work after B(
 is at most W(i*) + fill(C - a(i*)), the most W work of other pairs whose holds fit the room (a
 knapsack, bounded by ``ppsolve.bounds.idle.most_work``). So the device idles at least
 min over i of (b_tail(i) - W(i) - fill_i(C - a(i))) after B(i*) ends. Before its first B starts it
-idles at least what ``ppsolve.bounds.analytic.least_idle_before_first_b`` finds (its head, and the
+idles at least what the idle bound finds there (``ppsolve.bounds.analytic.idle_bound``: its head, and the
 wait the cap forces on the forwards before that B; less the R that run then, which only add to the
 device's time), and the two spans are disjoint (the first B starts no later than B(i*), which lasts
 more than 0). With load the device's F, B and W time,

@@ -116,7 +116,8 @@ def test_memory_time_with_the_best_offload_share():
     # what binds then is the last device's tail after its last B (40: B of stages 2-0 and W on device 0) less
     # its own W 10 and one held W 10 (the cap 4/3 holds the B's activation 1 and one hold 0.25),
     # which no link helps: head 30 + load 480 + 20
-    assert fast.value == pytest.approx(530) and fast.binding.startswith("load of device 3, its forced idle before its first B")
+    assert fast.value == pytest.approx(530)
+    assert fast.binding.startswith("load of device 3, its forced idle before its first B")
 
 
 def test_the_host_link_enters_the_forced_idle():
