@@ -19,7 +19,9 @@ from ppsolve.bounds.held import forward_allocates, least_held
 from ppsolve.bounds.idle import Group, least_starts, most_work
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
+from ppsolve.bounds.prices import transfer_time
 from ppsolve.bounds.recompute import forced_recompute, recomputed_area
+from ppsolve.bounds.slots import slot_bound
 from ppsolve.bounds.sequence import sequence_bounds
 from ppsolve.tolerance import EPS, exceeds, slack
 
@@ -39,6 +41,8 @@ class MakespanBound:
     forced_recompute: tuple[float, ...] = ()  # that recompute time, per device
     drain_bounds: tuple[float, ...] = ()  # load + forced idle, the drain with its recompute and reloads paid
     last_backward_bounds: tuple[float, ...] = ()  # load + idle before the first B + the tail after the last B
+    # load + recompute against the activations the cap holds at once (0: not above the figures before it)
+    slot_bounds: tuple[float, ...] = ()
 
     @property
     def binding(self) -> str:
@@ -57,6 +61,8 @@ class MakespanBound:
         candidates += [(b, f"load of device {d}, its forced idle before its first B and the tail after its last B, "
                             "which only the W its cap holds fill")
                        for d, b in enumerate(self.last_backward_bounds)]
+        candidates += [(b, f"load of device {d} with the activations its cap lets it hold at once")
+                       for d, b in enumerate(self.slot_bounds)]
         top = max(c[0] for c in candidates)
         ties = (name for value, name in candidates if value >= top - slack(top))  # ties: the simplest
         return next(ties, candidates[0][1])
@@ -158,7 +164,7 @@ def memory_time_bound(problem: Problem, device: int, chains: Chains) -> float:
     stages = problem.stages_of_device[device]
     if cap is None or cap <= 0 or not stages:
         return 0.0
-    tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
+    tau = transfer_time(problem)
     area = 0.0
     items = chains.items(stages)
     for s, j in items:
@@ -432,11 +438,13 @@ def makespan_lower_bound(problem: Problem) -> MakespanBound:
     forced = [forced_recompute(problem, d, chains, devices[d]) for d in range(problem.devices)]
     recompute = tuple(f.bound for f in forced)
     floor = max(max(devices), max(memory), max(idle), max(admission), max(sequence, default=0.0), max(recompute), path)
+    slots = tuple(slot_bound(problem, d, chains, devices[d], floor) for d in range(problem.devices))
+    floor = max(floor, max(slots))
     drain = tuple(drain_bound(problem, d, chains, parts[d], floor) for d in range(problem.devices))
     last_b = tuple(last_backward_bound(problem, d, chains, parts[d]) for d in range(problem.devices))
     return MakespanBound(max(floor, max(drain), max(last_b)),
                          devices, path, memory, idle, admission, sequence, recompute, tuple(f.time for f in forced),
-                         drain, last_b)
+                         drain, last_b, slots)
 
 
 def min_capacity(problem: Problem, offload: bool = False, recompute: bool = False) -> list[float]:

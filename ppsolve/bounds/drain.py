@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ppsolve.bounds.prices import golden_max
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.tolerance import EPS
@@ -50,7 +51,6 @@ _GOLDEN = 12  # golden-section steps on the weight of -V
 _GOLDEN_LINK = 6  # and on the weight of the link term, with offload
 _AT_ONCE = 4096  # meeting points x items evaluated in one array; past it, bisection
 _EXACT_COUNTS = 2_000_000  # one item: every count of its states tried up to this many
-_PHI = (5 ** 0.5 - 1) / 2
 
 
 def _states(problem: Problem, items: list[tuple[int, int]]) -> tuple[np.ndarray, ...]:
@@ -126,9 +126,9 @@ def least_drain(problem: Problem, items: list[tuple[int, int]], weight: int, f_t
     def best_gamma(s: float) -> float:
         if rate <= 0 or not share.any():
             return best_price(s, 0.0)
-        return _golden(lambda g: best_price(s, g), 0.0, s, _GOLDEN_LINK)
+        return golden_max(lambda g: best_price(s, g), 0.0, s, _GOLDEN_LINK)
 
-    return float(max(0.0, _golden(best_gamma, 0.0, 1.0, _GOLDEN)))
+    return float(max(0.0, golden_max(best_gamma, 0.0, 1.0, _GOLDEN)))
 
 
 def _exact(m: int, cap: float, f_tail: float, c: float, rate: float, w: float, hold: float, bw: float, act: float,
@@ -143,16 +143,3 @@ def _exact(m: int, cap: float, f_tail: float, c: float, rate: float, w: float, h
     work = (n_b + n_r) * bw + n_w * w
     z = np.maximum.reduce([f_tail - work, n_r * r, c + on_host * rate - work])
     return float(max(0.0, z[fits].min()))  # n = 0 everywhere always fits
-
-
-def _golden(f, lo: float, hi: float, steps: int) -> float:
-    """The largest value of ``f`` found by golden-section search over [lo, hi] (``f`` concave; every
-    value it returns is valid, so a search that misses the peak only gives a lower figure)."""
-    a, b = lo, hi
-    best = max(f(a), f(b))
-    for _ in range(steps):
-        x, y = b - _PHI * (b - a), a + _PHI * (b - a)
-        fx, fy = f(x), f(y)
-        best = max(best, fx, fy)
-        a, b = (a, y) if fx >= fy else (x, b)
-    return best

@@ -47,13 +47,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppsolve.bounds.prices import golden_min, link_rate, transfer_time
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
 from ppsolve.tolerance import slack
 
 _ITERATIONS = 50
 _GOLDEN = 30
-_PHI = (5 ** 0.5 - 1) / 2
 
 
 @dataclass(frozen=True)
@@ -131,22 +131,7 @@ def _most_saving(stages: list[_Stage], m: int, tau: float, time: float, amount: 
     top = max(st.rho for st in stages)
     if tau <= 0 or amount <= 0 or top <= 0:
         return at(top)  # no offload saves area: every offload value is 0 at nu = max rho
-    a, b = 0.0, top
-    best = min(at(a), at(b))
-    for _ in range(_GOLDEN):
-        c, d = b - _PHI * (b - a), a + _PHI * (b - a)
-        fc, fd = at(c), at(d)
-        best = min(best, fc, fd)
-        a, b = (a, d) if fc <= fd else (c, b)
-    return best
-
-
-def _link_rate(problem: Problem) -> float:
-    """The most the device can offload and reload per unit of time."""
-    if not problem.can_offload:
-        return 0.0
-    d2h, h2d = 1 / problem.offload.d2h, 1 / problem.offload.h2d
-    return 1 / (max(d2h, h2d) if problem.offload.duplex else d2h + h2d)
+    return golden_min(at, 0.0, top, _GOLDEN)
 
 
 def forced_recompute(problem: Problem, device: int, chains, device_bound: float) -> ForcedRecompute:
@@ -155,9 +140,9 @@ def forced_recompute(problem: Problem, device: int, chains, device_bound: float)
     cap = problem.capacity[device]
     if not problem.can_recompute or cap is None or cap <= 0 or not problem.stages_of_device[device]:
         return ForcedRecompute(0.0, 0.0)
-    tau = 1 / problem.offload.d2h + 1 / problem.offload.h2d if problem.can_offload else 0.0
+    tau = transfer_time(problem)
     stages = _stages(problem, device, chains, tau)
-    m, rate = chains.weight, _link_rate(problem)
+    m, rate = chains.weight, link_rate(problem)
     head = min(chains.f_head[i] for i in chains.items(problem.stages_of_device[device]))
     total = m * sum(st.area for st in stages)
 

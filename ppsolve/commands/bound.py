@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "sequence_bounds": list(bound.sequence_bounds),
             "recompute_bounds": list(bound.recompute_bounds), "forced_recompute": list(bound.forced_recompute),
             "drain_bounds": list(bound.drain_bounds), "last_backward_bounds": list(bound.last_backward_bounds),
+            "slot_bounds": list(bound.slot_bounds),
             "critical_path": bound.critical_path,
             "min_capacity": {"no_offload": no_off, "offload": with_off, "all_levers": with_rec},
             "capacity": list(problem.capacity), "feasible": True,
@@ -123,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
         print("  per device (load + forced idle before the first B + the tail after the last B that only the W its cap "
               "holds fill): "
               + ", ".join(f"{b:g}" for b in bound.last_backward_bounds))
+    if any(bound.slot_bounds):
+        print("  per device (load + recompute, against the activations its cap lets it hold at once; 0: not above the "
+              "rest): " + ", ".join(f"{b:g}" for b in bound.slot_bounds))
     if split is not None:
         print(_split_line(split))
     print("least memory capacity per device: " + ", ".join(f"{c:g}" for c in no_off) + " without offload"
