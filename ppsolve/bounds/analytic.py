@@ -17,9 +17,9 @@ from ppsolve.bounds.relaxation import least_costs
 from ppsolve.errors import InfeasibleError
 from ppsolve.bounds.held import forward_allocates, least_held
 from ppsolve.bounds.idle import Group, least_starts, most_work
+from ppsolve.bounds.prices import transfer_time
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem
-from ppsolve.bounds.prices import transfer_time
 from ppsolve.bounds.recompute import forced_recompute, recomputed_area
 from ppsolve.bounds.slots import slot_bound
 from ppsolve.bounds.sequence import sequence_bounds

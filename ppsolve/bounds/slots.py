@@ -123,8 +123,7 @@ def slot_bound(problem: Problem, device: int, chains, device_bound: float, floor
     keys = chains.items(stages)
     head = min(chains.f_head[k] for k in keys)
     tail = min(chains.b_tail[k] for k in keys)
-    load = chains.weight * sum(problem.duration(kind, s, j) for s, j in keys for kind in problem.kinds)
-    m = chains.weight
+    load, m = problem.device_load(device), chains.weight
     best = 0.0
     for c in range(1, _SLOTS + 1):
         theta = cap / (c + 1)
