@@ -79,4 +79,5 @@ def end_pair(problem: Problem) -> Problem:
         backward_input=_ends(problem.backward_input, last), backward_weight=_ends(problem.backward_weight, last),
         p2p_times=latency, activation=_ends(problem.activation, last), weight_hold=_ends(problem.weight_hold, last),
         capacity=(problem.capacity[0], problem.capacity[-1]), offload=offload, recompute=recompute,
-        name=f"{problem.name or 'problem'}: first and last stage, the rest a latency", source=None)
+        name=f"{problem.name or 'problem'}: first and last stage, the rest a latency",
+        annotations={key: value for key, value in problem.annotations.items() if key == "x-units"}, source=None)
