@@ -45,7 +45,7 @@ def test_published_plans_of_the_realistic_problem_cut_to_the_pair_stay_valid(met
     assert_cut_is_valid(problem, run_method(method, problem, RunOptions()))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, 1])  # 0 offloads on the first stage, 1 (a slower link) recomputes there
 def test_solved_plans_with_levers_cut_to_the_pair_stay_valid(seed):
     # per-microbatch costs and latencies, a tight cap, recompute and offload: the solver's plan uses levers
     m, d = 4, 4
