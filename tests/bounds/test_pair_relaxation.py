@@ -45,24 +45,38 @@ def test_published_plans_of_the_realistic_problem_cut_to_the_pair_stay_valid(met
     assert_cut_is_valid(problem, run_method(method, problem, RunOptions()))
 
 
-@pytest.mark.parametrize("seed", [0, 1])  # 0 offloads on the first stage, 1 (a slower link) recomputes there
-def test_solved_plans_with_levers_cut_to_the_pair_stay_valid(seed):
-    # per-microbatch costs and latencies, a tight cap, recompute and offload: the solver's plan uses levers
+def small_problem(seed: int, capacity: float | None = 4.5):
+    """4 devices, 4 microbatches, costs and latencies per microbatch, recompute and offload allowed (the
+    link slower for odd seeds)."""
     m, d = 4, 4
-    forward = [[1 + (s + j + seed) % 3 for j in range(m)] for s in range(d)]
-    backward = [[2 + (s * j + seed) % 2 for j in range(m)] for s in range(d)]
-    p2p = [0.5 + 0.25 * ((j + seed) % 2) for j in range(m)]
-    rate = (1, 0.25)[seed % 2]  # a slow link makes recompute the cheaper lever
-    problem = make_problem(devices=d, microbatches=m, backward="split", time_forward=forward,
-                           time_backward_input=backward, time_backward_weight=1, time_p2p=p2p,
-                           memory_activation=2, memory_weight_hold=1, memory_capacity=4.5,
-                           recompute={"keep": 0.5}, offload={"fraction": 1, "bandwidth": {"d2h": rate, "h2d": rate}})
-    # the latency between the ends: the lesser of the forward and the backward chain through stages 1 and 2
+    rate = (1, 0.25)[seed % 2]
+    return make_problem(devices=d, microbatches=m, backward="split",
+                        time_forward=[[1 + (s + j + seed) % 3 for j in range(m)] for s in range(d)],
+                        time_backward_input=[[2 + (s * j + seed) % 2 for j in range(m)] for s in range(d)],
+                        time_backward_weight=1, time_p2p=[0.5 + 0.25 * ((j + seed) % 2) for j in range(m)],
+                        memory_activation=2, memory_weight_hold=1, memory_capacity=capacity,
+                        recompute={"keep": 0.5}, offload={"fraction": 1, "bandwidth": {"d2h": rate, "h2d": rate}})
+
+
+def test_the_latency_is_the_lesser_chain_between_the_ends():
+    problem = small_problem(0)
+    forward, backward, p2p = problem.forward, problem.backward_input, problem.p2p_times
     assert end_pair(problem).p2p_times == tuple(
-        min(forward[1][j] + forward[2][j], backward[1][j] + backward[2][j]) + 3 * p2p[j] for j in range(m))
-    result = solve(problem, SolveOptions(time_limit=3, threads=1, seed=seed))
-    assert_cut_is_valid(problem, result.schedule)
-    assert any(op.kind in (OpKind.R, OpKind.OFFLOAD) for op in cut_to_pair(problem, result.schedule).ops)
+        min(forward.at(1, j) + forward.at(2, j), backward.at(1, j) + backward.at(2, j)) + 3 * p2p[j] for j in range(4))
+
+
+@pytest.mark.parametrize("method, lever", [("1f1b-recompute", OpKind.R), ("1f1b-offload", OpKind.OFFLOAD)])
+def test_plans_with_levers_on_the_first_stage_cut_to_the_pair_stay_valid(method, lever):
+    problem = small_problem(1, capacity=None)
+    schedule = run_method(method, problem, RunOptions())
+    assert_cut_is_valid(problem, schedule)
+    assert any(op.kind is lever and op.stage == 0 for op in cut_to_pair(problem, schedule).ops)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_solved_plans_under_a_tight_cap_cut_to_the_pair_stay_valid(seed):
+    problem = small_problem(seed)
+    assert_cut_is_valid(problem, solve(problem, SolveOptions(time_limit=3, threads=1, seed=seed)).schedule)
 
 
 def test_the_pair_needs_a_linear_placement():
