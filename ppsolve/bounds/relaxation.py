@@ -58,11 +58,10 @@ def end_pair(problem: Problem) -> Problem:
     latency per microbatch (module docstring)."""
     if problem.placement_name != "linear" or problem.chunks != 1 or problem.devices < 3:
         raise InputError("problem.placement", "the pair relaxation needs a linear placement of 3 or more devices")
-    last, hops = problem.num_stages - 1, problem.num_stages - 1
-    between = range(1, last)
+    last = problem.num_stages - 1  # also the number of hops from the first stage to the last
 
     def chain(kind: OpKind, j: int) -> float:
-        return sum(problem.duration(kind, s, j) for s in between) + hops * problem.p2p_times[j]
+        return sum(problem.duration(kind, s, j) for s in range(1, last)) + last * problem.p2p_times[j]
 
     latency = tuple(min(chain(OpKind.F, j), chain(OpKind.B, j)) for j in range(problem.microbatches))
     offload = problem.offload
