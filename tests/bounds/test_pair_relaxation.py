@@ -23,20 +23,21 @@ REALISTIC = ROOT / "instances" / "realistic" / "llama13b-like-8x32-cap11-decide.
 
 def cut_to_pair(problem, schedule):
     """The ops of the first and last stage, on devices 0 and 1 of the pair, at their times."""
-    last = problem.num_stages - 1
-    kept = [op for op in schedule.ops if op.stage in (0, last)]
-    return make_schedule(end_pair(problem), [ScheduledOp(op.kind, 0 if op.stage == 0 else 1, op.microbatch,
-                                                         0 if op.stage == 0 else 1, op.start, op.end, op.amount)
-                                             for op in kept], "cut")
+    side = {0: 0, problem.num_stages - 1: 1}  # stage -> the pair's stage and device
+    return make_schedule(end_pair(problem), [ScheduledOp(op.kind, side[op.stage], op.microbatch, side[op.stage],
+                                                         op.start, op.end, op.amount)
+                                             for op in schedule.ops if op.stage in side], "cut")
 
 
 def assert_cut_is_valid(problem, schedule):
+    """Check the schedule and its cut; return the cut."""
     assert check(schedule).ok
     cut = cut_to_pair(problem, schedule)
     report = check(cut)
     assert report.ok, report.violations[:3]
     assert cut.makespan <= schedule.makespan
     assert makespan_lower_bound(cut.problem).value <= cut.makespan + 1e-6
+    return cut
 
 
 @pytest.mark.parametrize("method", ["1f1b-adapipe", "1f1b-recompute", "1f1b-offload"])
@@ -68,9 +69,8 @@ def test_the_latency_is_the_lesser_chain_between_the_ends():
 @pytest.mark.parametrize("method, lever", [("1f1b-recompute", OpKind.R), ("1f1b-offload", OpKind.OFFLOAD)])
 def test_plans_with_levers_on_the_first_stage_cut_to_the_pair_stay_valid(method, lever):
     problem = small_problem(1, capacity=None)
-    schedule = run_method(method, problem, RunOptions())
-    assert_cut_is_valid(problem, schedule)
-    assert any(op.kind is lever and op.stage == 0 for op in cut_to_pair(problem, schedule).ops)
+    cut = assert_cut_is_valid(problem, run_method(method, problem, RunOptions()))
+    assert any(op.kind is lever and op.stage == 0 for op in cut.ops)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
