@@ -2,13 +2,23 @@
 
 The default run (``python -m pytest``) leaves out the tests marked ``slow`` (see ``pyproject.toml``);
 ``python -m pytest -m slow`` runs them, and ``.ci/run`` runs both.
+
+Property tests draw the same examples on every run (hypothesis's ``derandomize``): a run's time and its
+verdict do not depend on luck, and a failure seen once is seen again. ``HYPOTHESIS_PROFILE=explore``
+draws fresh examples instead (and keeps the failing ones in ``.hypothesis/``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 from ppsolve.cli import main
 from ppsolve.problem import Problem, load_problem
