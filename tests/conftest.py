@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import settings
 
-settings.register_profile("repeatable", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
-
 from ppsolve.cli import main
 from ppsolve.problem import Problem, load_problem
 from tests.helpers import ROOT
+
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @dataclass(frozen=True)
