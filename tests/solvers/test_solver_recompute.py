@@ -421,8 +421,9 @@ def _serial(problem, recomputed=()):
     return make_schedule(problem, simulate(problem, with_recompute(serial_orders(problem), recomputed)), "serial")
 
 
-def _window_solution(problem, start, t1):
-    """The window of every device over [0, t1) of ``start``, solved; (window, its placement, composed)."""
+def _window_solution(problem, start, t1, offload=None, recompute=True):
+    """The window of every device over [0, t1) of ``start``, solved; (window, its placement, composed).
+    ``offload`` (default: the problem's) and ``recompute``: the levers the window may add."""
     import time
 
     from ppsolve.schedule import make_schedule
@@ -434,8 +435,9 @@ def _window_solution(problem, start, t1):
     from ppsolve.solvers.search.window import Incumbent, compose, make_window
 
     inc = Incumbent(start)
-    window = make_window(inc, range(problem.devices), 0.0, t1, offload=problem.can_offload,
-                         orders=not problem.can_offload)
+    offload = problem.can_offload if offload is None else offload
+    window = make_window(inc, range(problem.devices), 0.0, t1, offload=offload, orders=not offload,
+                         recompute=recompute)
     budget = Budget(30, False)
     task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(threads=1), budget,
                      Limit(time.monotonic() + 20), Progress(budget, "cpsat"), window=window)
@@ -459,6 +461,23 @@ def test_a_window_adds_recompute_or_a_partial_offload(lever):
     assert check(composed).ok and composed.makespan < start.makespan
     kind = _R if lever == "recompute" else _OFF
     assert any(op.kind is kind for op in placed)
+
+
+@pytest.mark.parametrize("lever", ["recompute", "offload"])
+def test_a_window_adds_only_the_levers_it_is_given(lever):
+    # both levers in the problem, one of them switched off for the search (SolveOptions(offload=False) or
+    # (recompute=False)): the window still gains the other one, never the one switched off
+    problem = _lns_problem(recompute={"keep": 0.25, "time": 1},
+                           offload={"fraction": 1, "bandwidth": {"d2h": 1, "h2d": 1}})
+    start = _serial(problem)
+    window, placed, composed = _window_solution(problem, start, 40.0, offload=lever == "offload",
+                                                recompute=lever == "recompute")
+    kinds = {op.kind for op in placed}
+    assert check(composed).ok and composed.makespan < start.makespan
+    if lever == "offload":
+        assert _OFF in kinds and _R not in kinds
+    else:
+        assert _R in kinds and _OFF not in kinds
 
 
 def test_a_window_drops_recompute_that_does_not_help():

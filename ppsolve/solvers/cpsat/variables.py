@@ -292,7 +292,7 @@ def _window_transfers(v: Variables, times: _WindowTimes, window: "Window") -> No
     for s, j in sorted(transfer_keys | set(window.choosable)):
         off, rel = Op(OpKind.OFFLOAD, s, j), Op(OpKind.RELOAD, s, j)
         if (s, j) in window.choosable:
-            if problem.offload is not None and sc.offload_amount.at(s, j) > 0 and problem.max_offload(s, j) > 0:
+            if off in window.low and sc.offload_amount.at(s, j) > 0:  # the window lets it offload (make_window)
                 lo_off, lo_rel = up(window.low[off]), up(window.low[rel])
                 optional_transfer(model, v, s, j, model.new_bool_var(f"offload_{s}_{j}"),
                                   (lo_off, max(lo_off, down(window.high[off]))),

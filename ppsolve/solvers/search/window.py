@@ -318,8 +318,12 @@ def _choosable(inc: Incumbent, free: list[ScheduledOp], bounds: _Bounds, lane_bo
             continue
         if off is not None and not (offloadable and off.op in free_ops and Op(_REL, s, j) in free_ops):
             continue
+        recomputable = can_recompute and p.recompute_saving(s, j) > 0
+        if Op(_R, s, j) in by_op and not recomputable:
+            continue
         choosable.add((s, j))
-        bounds.add(Op(_R, s, j), bounds.low[op.op], bounds.high[op.op], bounds.next_fixed.get(op.op))
+        if recomputable:
+            bounds.add(Op(_R, s, j), bounds.low[op.op], bounds.high[op.op], bounds.next_fixed.get(op.op))
         if offloadable:
             for kind in (_OFF, _REL):
                 bounds.add(Op(kind, s, j), *lane_bounds[p.lane(op.device, kind)])
