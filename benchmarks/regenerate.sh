@@ -39,6 +39,7 @@ $PY -m ppsolve frontier instances/realistic/llama8b-like-8x32-cap20-decide.json 
 $PY -m benchmarks.reports.recompute_bench --time-limit 300 --threads 2 --section docs/bench/sections/50-recompute.md --json docs/bench/recompute.json
 $PY -m benchmarks.reports.realistic_gaps --time-limit 300 --threads 2 --section docs/bench/sections/52-realistic-gaps.md --json docs/bench/realistic_gaps.json
 $PY -m benchmarks.reports.pair_relaxation --time-limit 600 --threads 2 --seed 2 --section docs/bench/sections/52a-pair-relaxation.md
+$PY -m benchmarks.reports.device_configurations --step 0.5 --section docs/bench/sections/52b-device-configurations.md
 $PY -m benchmarks.makers.varied
 $PY -m benchmarks.reports.per_microbatch --time-limit 60 --threads 2 --random 3000 --section docs/bench/sections/60-per-microbatch.md --table docs/bench/per_microbatch.md --json docs/bench/per_microbatch.json
 $PY -m benchmarks.reports.long_context --batches 20 --plan-time 0.25 --solve-time 60 --solve-batches 4 --section docs/bench/sections/65-long-context.md --table docs/bench/long_context.md --json docs/bench/long_context.json
