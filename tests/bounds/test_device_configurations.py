@@ -48,7 +48,7 @@ def test_the_configuration_figure_stays_under_the_exact_optimum_with_recompute()
 
 def test_the_configuration_figure_stays_under_the_proven_optimum_with_offload():
     rng = random.Random(23)
-    compared = 0
+    compared = above_compute = 0
     for _ in range(12):
         data = draw_offload(rng)
         problem = problem_from_dict(data)
@@ -62,6 +62,8 @@ def test_the_configuration_figure_stays_under_the_proven_optimum_with_offload():
         figure = _figure(problem, step=0.25)
         assert figure <= best + 1e-6, (problem, figure, best)
         compared += 1
-        if compared == 3:
+        above_compute += figure > max(problem.device_load(d) for d in range(problem.devices)) + 1e-6
+        if compared == 5:
             break
-    assert compared >= 2, compared
+    assert compared >= 4, compared
+    assert above_compute >= 1, above_compute  # an offload row binds on some
