@@ -118,15 +118,10 @@ def _check(problem, best: float, tally: dict) -> None:
     tally["tight"] += bound.value >= best - 1e-9
 
 
-def run_recompute(count: int, seed: int) -> dict:
-    """Compare ``count`` drawn problems with recompute against their enumerated optimum."""
-    rng = random.Random(seed)
-    tally = {"compared": 0, "per_microbatch": 0, "two_chunks": 0, "drain_above_the_rest": 0,
-             "last_b_above_the_rest": 0, "slots_above_the_rest": 0, "tight": 0}
-    attempts = 0
-    while tally["compared"] < count:
-        attempts += 1
-        assert attempts < 30 * count, "too many drawn problems were too large to enumerate"
+def recompute_cases(rng: random.Random, attempts: int):
+    """Up to ``attempts`` drawn problems with recompute and a cap that binds, each with its enumerated
+    optimum: (problem, optimum), or None for a draw too large to enumerate."""
+    for _ in range(attempts):
         data = draw_recompute(rng)
         problem = problem_from_dict(data)
         caps = _caps(rng, min_capacity(problem, recompute=True), min_capacity(problem))
@@ -135,31 +130,48 @@ def run_recompute(count: int, seed: int) -> dict:
         try:
             best = optimum(Tiny(data), problem, caps)
         except TooMany:
+            yield None
             continue
         assert best is not None, ("min_capacity with recompute is reachable, yet no order fits", data)
+        yield problem, best
+
+
+def offload_cases(rng: random.Random, count: int, seconds: float):
+    """``count`` drawn problems with offload and a cap that binds, each with the independent MILP's proven
+    optimum (None where it proves none within ``seconds``)."""
+    for _ in range(count):
+        problem = problem_from_dict(draw_offload(rng))
+        low = min_capacity(problem, offload=True, recompute=problem.can_recompute)
+        problem = problem.replace(capacity=tuple(_caps(rng, low, min_capacity(problem))))
+        yield problem, proven_optimum(problem, time_limit=seconds)
+
+
+def run_recompute(count: int, seed: int) -> dict:
+    """Compare ``count`` drawn problems with recompute against their enumerated optimum."""
+    tally = {"compared": 0, "per_microbatch": 0, "two_chunks": 0, "drain_above_the_rest": 0,
+             "last_b_above_the_rest": 0, "slots_above_the_rest": 0, "tight": 0}
+    for case in recompute_cases(random.Random(seed), 30 * count):
+        if case is None:
+            continue
+        problem, best = case
         _check(problem, best, tally)
         tally["per_microbatch"] += problem.per_microbatch
-        tally["two_chunks"] += data["chunks"] == 2
-    return tally
+        tally["two_chunks"] += problem.chunks == 2
+        if tally["compared"] == count:
+            return tally
+    raise AssertionError("too many drawn problems were too large to enumerate")
 
 
 def run_offload(count: int, seed: int, seconds: float = 10) -> dict:
     """Compare up to ``count`` drawn problems with offload against the independent MILP's proven optimum."""
-    rng = random.Random(seed)
     tally = {"compared": 0, "unproven": 0, "recompute": 0, "drain_above_the_rest": 0, "last_b_above_the_rest": 0,
              "slots_above_the_rest": 0, "tight": 0}
-    for _ in range(count):
-        data = draw_offload(rng)
-        problem = problem_from_dict(data)
-        levers = problem.can_recompute
-        low = min_capacity(problem, offload=True, recompute=levers)
-        problem = problem.replace(capacity=tuple(_caps(rng, low, min_capacity(problem))))
-        best = proven_optimum(problem, time_limit=seconds)
+    for problem, best in offload_cases(random.Random(seed), count, seconds):
         if best is None:
             tally["unproven"] += 1
             continue
         _check(problem, best, tally)
-        tally["recompute"] += levers
+        tally["recompute"] += problem.can_recompute
     return tally
 
 

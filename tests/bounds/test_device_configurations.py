@@ -10,36 +10,27 @@ from __future__ import annotations
 import random
 
 from benchmarks.reports.device_configurations import bound, device_figures
-from ppsolve.bounds import min_capacity
-from ppsolve.problem import problem_from_dict
-from tests.bounds.test_bound_levers import _caps, draw_offload, draw_recompute
-from tests.bounds.test_bound_per_microbatch import Tiny, TooMany, optimum
-from tests.solvers.cases import proven_optimum
+from tests.bounds.test_bound_levers import offload_cases, recompute_cases
 
 
 def _figure(problem, step: float = 0.5) -> float:
     return max(bound(device_figures(problem, s), problem.microbatches, step)[0] for s in range(problem.num_stages))
 
 
+def _above_compute(problem, figure: float) -> bool:
+    return figure > max(problem.device_load(d) for d in range(problem.devices)) + 1e-6
+
+
 def test_the_configuration_figure_stays_under_the_exact_optimum_with_recompute():
-    rng = random.Random(5)
     compared = above_compute = 0
-    for _ in range(400):
-        data = draw_recompute(rng)
-        problem = problem_from_dict(data)
-        if problem.chunks != 1 or problem.per_microbatch:
+    for case in recompute_cases(random.Random(5), 400):
+        if case is None or case[0].chunks != 1 or case[0].per_microbatch:
             continue
-        caps = _caps(rng, min_capacity(problem, recompute=True), min_capacity(problem))
-        data["memory"]["capacity"] = caps
-        problem = problem_from_dict(data)
-        try:
-            best = optimum(Tiny(data), problem, caps)
-        except TooMany:
-            continue
+        problem, best = case
         figure = _figure(problem)
-        assert figure <= best + 1e-6, (data, figure, best)
+        assert figure <= best + 1e-6, (problem, figure, best)
         compared += 1
-        above_compute += figure > max(problem.device_load(d) for d in range(problem.devices)) + 1e-6
+        above_compute += _above_compute(problem, figure)
         if compared == 40:
             break
     assert compared == 40
@@ -47,22 +38,14 @@ def test_the_configuration_figure_stays_under_the_exact_optimum_with_recompute()
 
 
 def test_the_configuration_figure_stays_under_the_proven_optimum_with_offload():
-    rng = random.Random(23)
     compared = above_compute = 0
-    for _ in range(12):
-        data = draw_offload(rng)
-        problem = problem_from_dict(data)
-        if problem.chunks != 1:
-            continue
-        low = min_capacity(problem, offload=True, recompute=problem.can_recompute)
-        problem = problem.replace(capacity=tuple(_caps(rng, low, min_capacity(problem))))
-        best = proven_optimum(problem, time_limit=5)
-        if best is None:
+    for problem, best in offload_cases(random.Random(23), 12, seconds=5):
+        if problem.chunks != 1 or best is None:
             continue
         figure = _figure(problem, step=0.25)
         assert figure <= best + 1e-6, (problem, figure, best)
         compared += 1
-        above_compute += figure > max(problem.device_load(d) for d in range(problem.devices)) + 1e-6
+        above_compute += _above_compute(problem, figure)
         if compared == 5:
             break
     assert compared >= 4, compared
