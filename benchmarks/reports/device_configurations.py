@@ -23,7 +23,8 @@ bounds the makespan T of any valid schedule from that device's memory alone:
 
 Lever counts are fractions, and nothing says when a configuration may occur (the fill and the
 drain are free), so the figure is a lower bound (weaker than the device's own bound where those
-matter). Printed per device: the figure, the lever mix the programme chose, and the problem's bound.
+matter). Printed per device: the figure, the lever mix the programme chose, the figure with the host link
+removed (no offload), and the problem's bound.
 """
 
 from __future__ import annotations
