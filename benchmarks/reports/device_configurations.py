@@ -37,6 +37,8 @@ from ortools.linear_solver import pywraplp
 from benchmarks import harness
 from benchmarks.harness import ROOT
 from ppsolve.bounds import makespan_lower_bound
+from ppsolve.bounds.chains import Chains, microbatch_chains
+from ppsolve.bounds.prices import link_rate, transfer_time
 from ppsolve.ops import OpKind
 from ppsolve.problem import Problem, load_problem
 
@@ -59,30 +61,24 @@ class Device:
     w: float
     r: float | None  # R's duration, None without recompute
     x_max: float  # the most one activation may offload (0 without offload)
-    d2h: float  # ms per GiB each way
-    h2d: float
-    duplex: bool
+    tau: float  # link time per GiB out and back (ppsolve.bounds.prices.transfer_time)
+    rate: float  # GiB the link moves out and back per ms (ppsolve.bounds.prices.link_rate)
 
 
-def device_figures(problem: Problem, s: int) -> Device:
+def device_figures(problem: Problem, s: int, chains: Chains | None = None) -> Device:
     """Stage ``s``'s figures on its device (linear placement: one stage per device; costs per stage, read
-    as microbatch 0's)."""
-    S = problem.num_stages
-
-    def dur(kind: OpKind, t: int) -> float:
-        return problem.duration(kind, t, 0)
-
-    trip = sum(dur(_F, t) + problem.latency(t - 1, t, 0) for t in range(s + 1, S))
-    trip += sum(dur(_B, t) + problem.latency(t - 1, t, 0) for t in range(s + 1, S))
+    as microbatch 0's). ``chains``: :func:`microbatch_chains` of the problem, when the caller has them."""
+    chains = chains or microbatch_chains(problem)
     split = problem.split_backward
-    f, b, w = dur(_F, s), dur(_B, s), dur(_W, s) if split else 0.0  # fused: B lasts B + W
+    f, b = problem.duration(_F, s, 0), problem.duration(_B, s, 0)  # fused: B lasts B + W
+    w = problem.duration(_W, s, 0) if split else 0.0
     rec = problem.recompute_saving(s, 0) > 0
-    off = problem.offload
+    key = (s, chains.columns[0])
     return Device(a=problem.activation.at(s, 0), h=problem.weight_hold.at(s, 0) if split else 0.0,
                   k=problem.recompute.keep.at(s, 0) if rec else problem.activation.at(s, 0),
-                  cap=problem.capacity[problem.placement[s]], life=f + trip + b, compute=f + b + w, f=f, b=b, w=w,
-                  r=dur(_R, s) if rec else None, x_max=problem.max_offload(s, 0),
-                  d2h=1 / off.d2h if off else 0.0, h2d=1 / off.h2d if off else 0.0, duplex=off.duplex if off else True)
+                  cap=problem.capacity[problem.placement[s]], life=chains.b_head[key] + b - chains.f_head[key],
+                  compute=f + b + w, f=f, b=b, w=w, r=problem.duration(_R, s, 0) if rec else None,
+                  x_max=problem.max_offload(s, 0), tau=transfer_time(problem), rate=link_rate(problem))
 
 
 def configurations(dev: Device, parts: list[float]) -> Iterator[tuple[int, int, tuple[int, ...], int]]:
@@ -133,7 +129,7 @@ def bound(dev: Device, m: int, step: float) -> tuple[float, dict[str, float]]:
         lp.Add(whole_rec >= (dev.r + dev.b) * rec)
     lp.Add(whole_rec + ckpt >= dev.life * rec)
     for i, (x, _) in enumerate(classes):
-        lp.Add(whole_off[i] >= (dev.f + x * (dev.d2h + dev.h2d) + dev.b) * off[i])
+        lp.Add(whole_off[i] >= (dev.f + x * dev.tau + dev.b) * off[i])
         lp.Add(whole_off[i] + part[i] >= dev.life * off[i])
     lp.Add(sum(c[0] * tc for c, tc in zip(cols, t)) >= dev.life * kept + whole_rec + sum(whole_off))
     if dev.h > 0:
@@ -143,12 +139,8 @@ def bound(dev: Device, m: int, step: float) -> tuple[float, dict[str, float]]:
     for n, i in enumerate(sized):
         lp.Add(sum(c[2][n] * tc for c, tc in zip(cols, t)) >= part[i])
     lp.Add(dev.compute * m + (dev.r or 0.0) * rec <= T)
-    moved = sum(x * n for (x, _), n in zip(classes, off))
-    if dev.duplex:
-        lp.Add(dev.d2h * moved <= T)
-        lp.Add(dev.h2d * moved <= T)
-    else:
-        lp.Add((dev.d2h + dev.h2d) * moved <= T)
+    if classes:
+        lp.Add(sum(x * n for (x, _), n in zip(classes, off)) <= dev.rate * T)
     lp.Minimize(T)
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the configuration programme did not solve")
@@ -176,10 +168,11 @@ def main(argv=None) -> int:
             raise SystemExit(f"{path}: only linear problems with costs per stage")
         lb = makespan_lower_bound(problem).value
         kept = problem.replace(offload=None)
+        chains = microbatch_chains(problem)  # the same for both: offload changes no duration
         for s in range(problem.num_stages):
-            value, mix = bound(device_figures(problem, s), problem.microbatches, args.step)
+            value, mix = bound(device_figures(problem, s, chains), problem.microbatches, args.step)
             text = ", ".join(f"{name} {n:.1f}" for name, n in mix.items() if n > 0.05)
-            alone = bound(device_figures(kept, s), problem.microbatches, args.step)[0]
+            alone = bound(device_figures(kept, s, chains), problem.microbatches, args.step)[0]
             lines.append(harness.row([path.stem, s, f"{value:.2f}", text, f"{alone:.2f}", f"{lb:.2f}"]))
     return harness.publish("\n".join(lines), args.section)
 
