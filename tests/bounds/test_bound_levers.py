@@ -118,15 +118,17 @@ def _check(problem, best: float, tally: dict) -> None:
     tally["tight"] += bound.value >= best - 1e-9
 
 
-def recompute_cases(rng: random.Random, attempts: int):
-    """Up to ``attempts`` drawn problems with recompute and a cap that binds, each with its enumerated
-    optimum: (problem, optimum), or None for a draw too large to enumerate."""
+def recompute_cases(rng: random.Random, attempts: int, where=lambda problem: True):
+    """Of up to ``attempts`` drawn problems with recompute and a cap that binds, those ``where`` accepts,
+    each with its enumerated optimum: (problem, optimum), or None for a draw too large to enumerate."""
     for _ in range(attempts):
         data = draw_recompute(rng)
         problem = problem_from_dict(data)
         caps = _caps(rng, min_capacity(problem, recompute=True), min_capacity(problem))
         data["memory"]["capacity"] = caps
         problem = problem_from_dict(data)
+        if not where(problem):
+            continue
         try:
             best = optimum(Tiny(data), problem, caps)
         except TooMany:
@@ -136,14 +138,15 @@ def recompute_cases(rng: random.Random, attempts: int):
         yield problem, best
 
 
-def offload_cases(rng: random.Random, count: int, seconds: float):
-    """``count`` drawn problems with offload and a cap that binds, each with the independent MILP's proven
-    optimum (None where it proves none within ``seconds``)."""
+def offload_cases(rng: random.Random, count: int, seconds: float, where=lambda problem: True):
+    """Of ``count`` drawn problems with offload and a cap that binds, those ``where`` accepts, each with the
+    independent MILP's proven optimum (None where it proves none within ``seconds``)."""
     for _ in range(count):
         problem = problem_from_dict(draw_offload(rng))
         low = min_capacity(problem, offload=True, recompute=problem.can_recompute)
         problem = problem.replace(capacity=tuple(_caps(rng, low, min_capacity(problem))))
-        yield problem, proven_optimum(problem, time_limit=seconds)
+        if where(problem):
+            yield problem, proven_optimum(problem, time_limit=seconds)
 
 
 def run_recompute(count: int, seed: int) -> dict:
