@@ -9,6 +9,7 @@ CP-SAT's deterministic time.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -30,8 +31,15 @@ from ppsolve.solvers.scaling import peak_ranges
 # on the 2-core machine when it is quiet (wall = CPU time); three times busier, the clock ends steps
 # and the file says the run may not be reproducible.
 DETERMINISTIC_PER_SECOND = 0.15
-# a window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md)
-WINDOW_PARAMETERS = {"linearization_level": 2}
+# A window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md).
+# With more than one worker CP-SAT's full-problem worker ("default_lp") sets level 1 itself, and level 2
+# reaches only its neighbourhood workers. On some window models OR-Tools 9.15 aborts the process ("Check
+# failed: threshold > 0" in its LP constraint manager; tests/solvers/test_cpsat_window_abort.py) in a
+# worker that adds every LP constraint at level 2 up front: its "max_lp" workers, which it runs from 8
+# workers on, are left out. With one worker (deterministic mode) level 2 aborted there too, so one
+# worker keeps CP-SAT's level 1 (cost measured: docs/solver.md).
+WINDOW_PARAMETERS = {"linearization_level": 2, "ignore_subsolvers": ["max_lp", "max_lp_sym"]}
+ONE_WORKER_WINDOW_PARAMETERS: dict[str, object] = {}
 FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
@@ -347,8 +355,16 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
     else:
         params.num_workers = task.options.threads or 0
     if task.window is not None:
-        for key, value in WINDOW_PARAMETERS.items():
-            setattr(params, key, value)
+        for key, value in window_parameters(params.num_workers).items():
+            if isinstance(value, list):
+                getattr(params, key).extend(value)
+            else:
+                setattr(params, key, value)
+
+
+def window_parameters(workers: int) -> dict[str, object]:
+    """CP-SAT parameters of a window's search with ``workers`` workers (0: one per core)."""
+    return ONE_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 1 else WINDOW_PARAMETERS
 
 
 @dataclass

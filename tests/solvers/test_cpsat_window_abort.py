@@ -1,0 +1,54 @@
+"""A window model on which CP-SAT aborts the whole process with the parameters ppsolve used to give it.
+
+``data/cpsat_window_abort.pb.gz`` is the first-step model of one window of the 13B-like problem at
+11 GiB (``instances/realistic/llama13b-like-8x32-cap11-decide.json``), written by the search of
+``ppsolve solve ... --time-limit 300 --threads 1 --seed 2``. OR-Tools 9.15 stops the process there
+with ``Check failed: threshold > 0`` (in its LP constraint manager) with one worker and
+``linearization_level`` 2 (so that solve died after four minutes without writing a schedule), and with
+8 workers and its default parameters, where its "max_lp" worker aborts. The search runs in a child
+process here, so that an abort fails the test instead of ending pytest.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODEL = Path(__file__).parent / "data" / "cpsat_window_abort.pb.gz"
+
+SEARCH = """
+import gzip, sys
+from google.protobuf import text_format
+from ortools.sat import cp_model_pb2
+from ortools.sat.python import cp_model
+from ppsolve.solvers.cpsat.backend import window_parameters
+
+proto = cp_model_pb2.CpModelProto()
+proto.ParseFromString(gzip.open(sys.argv[1]).read())
+model = cp_model.CpModel()
+model.proto.parse_text_format(text_format.MessageToString(proto))
+solver = cp_model.CpSolver()
+params = solver.parameters
+workers = int(sys.argv[2])
+params.num_workers, params.random_seed = workers, 2
+params.max_deterministic_time, params.max_time_in_seconds = 0.15, 20.0  # the window's limits in that solve
+for key, value in window_parameters(workers).items():
+    if isinstance(value, list):
+        getattr(params, key).extend(value)
+    else:
+        setattr(params, key, value)
+print(solver.status_name(solver.solve(model)), int(solver.objective_value))
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_the_window_parameters_do_not_abort_cpsat(workers):
+    proc = subprocess.run([sys.executable, "-c", SEARCH, str(MODEL), str(workers)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    status, objective = proc.stdout.split()
+    # the window's least longest path (model units), which the hint of the incumbent does not reach
+    assert (status, int(objective)) == ("OPTIMAL", 4160133285)
