@@ -355,16 +355,17 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
     else:
         params.num_workers = task.options.threads or 0
     if task.window is not None:
-        for key, value in window_parameters(params.num_workers).items():
-            if isinstance(value, list):
-                getattr(params, key).extend(value)
-            else:
-                setattr(params, key, value)
+        set_window_parameters(params, params.num_workers)
 
 
-def window_parameters(workers: int) -> dict[str, object]:
-    """CP-SAT parameters of a window's search with ``workers`` workers (0: one per core)."""
-    return ONE_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 1 else WINDOW_PARAMETERS
+def set_window_parameters(params, workers: int) -> None:
+    """Set on CP-SAT's ``params`` those of a window's search with ``workers`` workers (0: one per core)."""
+    chosen = ONE_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 1 else WINDOW_PARAMETERS
+    for key, value in chosen.items():
+        if isinstance(value, list):
+            getattr(params, key).extend(value)
+        else:
+            setattr(params, key, value)
 
 
 @dataclass
