@@ -31,15 +31,15 @@ from ppsolve.solvers.scaling import peak_ranges
 # on the 2-core machine when it is quiet (wall = CPU time); three times busier, the clock ends steps
 # and the file says the run may not be reproducible.
 DETERMINISTIC_PER_SECOND = 0.15
-# A window is small: a stronger linear relaxation proves its optimum sooner (measured, docs/solver.md).
-# With more than one worker CP-SAT's full-problem worker ("default_lp") sets level 1 itself, and level 2
-# reaches only its neighbourhood workers. On some window models OR-Tools 9.15 aborts the process ("Check
-# failed: threshold > 0" in its LP constraint manager; tests/solvers/test_cpsat_window_abort.py) in a
-# worker that adds every LP constraint at level 2 up front: its "max_lp" workers, which it runs from 8
-# workers on, are left out. With one worker (deterministic mode) level 2 aborted there too, so one
-# worker keeps CP-SAT's level 1 (cost measured: docs/solver.md).
-WINDOW_PARAMETERS = {"linearization_level": 2, "ignore_subsolvers": ["max_lp", "max_lp_sym"]}
-ONE_WORKER_WINDOW_PARAMETERS: dict[str, object] = {}
+# A window is small: a stronger linear relaxation (level 2) proves its optimum sooner (docs/solver.md
+# measures it with one worker). On some window models OR-Tools 9.15 aborts the process ("Check failed:
+# threshold > 0" in its LP constraint manager; tests/solvers/test_cpsat_window_abort.py) in a
+# full-problem worker that runs level 2. With two workers the only full-problem worker ("default_lp")
+# sets level 1 itself, so level 2 reaches only the neighbourhood workers; with one worker, or three and
+# more (whose "fixed", "quick_restart", ... workers inherit it), windows keep CP-SAT's level 1, and leave
+# out its "max_lp" workers (level 2 of their own, from 8 workers on).
+TWO_WORKER_WINDOW_PARAMETERS = {"linearization_level": 2}
+WINDOW_PARAMETERS = {"ignore_subsolvers": ["max_lp", "max_lp_sym"]}
 FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
@@ -360,7 +360,7 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
 
 def set_window_parameters(params, workers: int) -> None:
     """Set on CP-SAT's ``params`` those of a window's search with ``workers`` workers (0: one per core)."""
-    chosen = ONE_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 1 else WINDOW_PARAMETERS
+    chosen = TWO_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 2 else WINDOW_PARAMETERS
     for key, value in chosen.items():
         if isinstance(value, list):
             getattr(params, key).extend(value)
