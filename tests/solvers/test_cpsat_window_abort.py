@@ -1,13 +1,14 @@
 """A window model on which CP-SAT aborts the whole process with the parameters ppsolve used to give it.
 
-``data/cpsat_window_abort.pb.gz`` is the first-step model of one window of the 13B-like problem at
-11 GiB (``instances/realistic/llama13b-like-8x32-cap11-decide.json``), written by the search of
-``ppsolve solve ... --time-limit 300 --threads 1 --seed 2`` (about four minutes in). OR-Tools 9.15
-stops the process there with ``Check failed: threshold > 0`` (in its LP constraint manager) whenever a
-full-problem worker runs ``linearization_level`` 2: one worker with it (every seed), three or four
-workers with it (in most runs: the threads race), and from 8 workers on with CP-SAT's defaults (its
-"max_lp" worker). The searches run in a child process, so that an abort fails the test instead of
-ending pytest; each worker count searches three times, as runs with several workers differ.
+``data/cpsat_window_abort.pb.txt.gz`` is the first-step model (CP-SAT's text format) of one window of
+the 13B-like problem at 11 GiB (``instances/realistic/llama13b-like-8x32-cap11-decide.json``), written
+by the search of ``ppsolve solve ... --time-limit 300 --threads 1 --seed 2`` (about four minutes in).
+OR-Tools 9.15 stops the process there with ``Check failed: threshold > 0`` (in its LP constraint
+manager) whenever a full-problem worker runs ``linearization_level`` 2: one worker with it (every
+seed), three or four workers with it (in most runs: the threads race), and from 8 workers on with
+CP-SAT's defaults (its "max_lp" worker). The searches run in a child process, so that an abort fails
+the test instead of ending pytest; each worker count searches three times, as runs with several
+workers differ.
 """
 
 from __future__ import annotations
@@ -18,19 +19,15 @@ from pathlib import Path
 
 import pytest
 
-MODEL = Path(__file__).parent / "data" / "cpsat_window_abort.pb.gz"
+MODEL = Path(__file__).parent / "data" / "cpsat_window_abort.pb.txt.gz"
 
 SEARCH = """
 import gzip, sys
-from google.protobuf import text_format
-from ortools.sat import cp_model_pb2
 from ortools.sat.python import cp_model
 from ppsolve.solvers.cpsat.backend import set_window_parameters
 
-proto = cp_model_pb2.CpModelProto()
-proto.ParseFromString(gzip.open(sys.argv[1]).read())
 model = cp_model.CpModel()
-model.proto.parse_text_format(text_format.MessageToString(proto))
+model.proto.parse_text_format(gzip.open(sys.argv[1], "rt").read())
 workers = int(sys.argv[2])
 for _ in range(3):
     solver = cp_model.CpSolver()

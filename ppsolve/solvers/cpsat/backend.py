@@ -38,8 +38,7 @@ DETERMINISTIC_PER_SECOND = 0.15
 # sets level 1 itself, so level 2 reaches only the neighbourhood workers; with one worker, or three and
 # more (whose "fixed", "quick_restart", ... workers inherit it), windows keep CP-SAT's level 1, and leave
 # out its "max_lp" workers (level 2 of their own, from 8 workers on).
-TWO_WORKER_WINDOW_PARAMETERS = {"linearization_level": 2}
-WINDOW_PARAMETERS = {"ignore_subsolvers": ["max_lp", "max_lp_sym"]}
+LEFT_OUT_WORKERS = ("max_lp", "max_lp_sym")
 FLOW_SHARE = 0.1  # of a window's time left after its path is found: the second step (see _run_window)
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
@@ -360,12 +359,10 @@ def _parameters(solver: cp_model.CpSolver, task: PhaseTask, limit: Limit) -> Non
 
 def set_window_parameters(params, workers: int) -> None:
     """Set on CP-SAT's ``params`` those of a window's search with ``workers`` workers (0: one per core)."""
-    chosen = TWO_WORKER_WINDOW_PARAMETERS if (workers or os.cpu_count() or 1) == 2 else WINDOW_PARAMETERS
-    for key, value in chosen.items():
-        if isinstance(value, list):
-            getattr(params, key).extend(value)
-        else:
-            setattr(params, key, value)
+    if (workers or os.cpu_count() or 1) == 2:
+        params.linearization_level = 2
+    else:
+        params.ignore_subsolvers.extend(LEFT_OUT_WORKERS)
 
 
 @dataclass
