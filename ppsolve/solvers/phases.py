@@ -438,8 +438,7 @@ def large_neighbourhoods(run: Run, start: Schedule, share: float, keep: float) -
     ``share`` of the time limit and ``keep`` of it kept for later phases. The reserve shrinks
     (``Budget.lean_reserve``): every schedule the search keeps is checked, and so is every schedule of
     what may follow it (more windows, the OVERHEAD phase on windows, the shedding pass), so only
-    writing one is left at the end (with the usual reserve a 300 s solve of a problem with levers
-    ended 24 s early)."""
+    writing one is left at the end."""
     run.progress.phase("neighbourhoods", "makespan", run.user_time, incumbent=start.makespan, bound=run.lb)
     began = time.monotonic()
     timed = as_runtime_runs(run.problem, start)

@@ -368,8 +368,7 @@ def test_a_search_that_ends_the_solve_keeps_a_lean_reserve(monkeypatch):
 def test_with_levers_the_search_and_the_overhead_windows_keep_a_lean_reserve(monkeypatch):
     """With levers the OVERHEAD phase follows the search, on windows of one device: its schedules are
     checked too, so the search runs to the deadline less the lean reserve and the share kept for that
-    phase, and the phase to the deadline less the lean reserve (the usual reserve, 8 % of the limit,
-    went unused: a 300 s solve ended after 271 s)."""
+    phase, and the phase to the deadline less the lean reserve, not the usual 8 % of the limit."""
     limits = _record_limits(monkeypatch, "improve", "lower_overhead")
     problem = make_problem(devices=4, microbatches=12, time_forward=[2, 3, 3, 4], time_backward_input=[3, 4, 4, 5],
                            time_backward_weight=[2, 2, 2, 3], time_p2p=0.5, memory_activation=1,
