@@ -26,9 +26,10 @@ from tests.helpers import make_problem
 OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}
 
 
-def _problem(offload=None, capacity=2.25):
+def _problem(offload=None, capacity=2.25, recompute=None):
     """4 devices x 12 microbatches, uneven stages, p2p, room for two activations per device."""
     extra = {"offload": offload} if offload else {}
+    extra.update({"recompute": recompute} if recompute else {})
     return make_problem(devices=4, microbatches=12, time_forward=[2, 3, 3, 4], time_backward_input=[3, 4, 4, 5],
                         time_backward_weight=[2, 2, 2, 3], time_p2p=0.5, memory_activation=1,
                         memory_weight_hold=0.25, memory_capacity=capacity, **extra)
@@ -370,9 +371,7 @@ def test_with_levers_the_search_and_the_overhead_windows_keep_a_lean_reserve(mon
     checked too, so the search runs to the deadline less the lean reserve and the share kept for that
     phase, and the phase to the deadline less the lean reserve, not the usual 8 % of the limit."""
     limits = _record_limits(monkeypatch, "improve", "lower_overhead")
-    problem = make_problem(devices=4, microbatches=12, time_forward=[2, 3, 3, 4], time_backward_input=[3, 4, 4, 5],
-                           time_backward_weight=[2, 2, 2, 3], time_p2p=0.5, memory_activation=1,
-                           memory_weight_hold=0.25, memory_capacity=2.0, recompute={"keep": 0.25, "time": 2})
+    problem = _problem(capacity=2.0, recompute={"keep": 0.25, "time": 2})
     result = solve(problem, SolveOptions(time_limit=20, threads=2, settings=SMALL_WHOLE_MODEL))
     assert result.schedule.recomputed > 0 and set(limits) == {"improve", "lower_overhead"}
     (search, deadline), (overhead, _) = limits["improve"], limits["lower_overhead"]
