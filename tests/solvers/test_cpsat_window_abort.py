@@ -1,4 +1,4 @@
-"""A window model on which CP-SAT aborts the whole process with the parameters ppsolve used to give it.
+"""A window model on which CP-SAT aborts the whole process when a full-problem worker runs level 2.
 
 ``data/cpsat_window_abort.pb.txt.gz`` is the first-step model (CP-SAT's text format) of one window of
 the 13B-like problem at 11 GiB (``instances/realistic/llama13b-like-8x32-cap11-decide.json``), written
