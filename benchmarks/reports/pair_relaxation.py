@@ -1,6 +1,7 @@
 """What an argument about the first and the last device alone can prove: the pair relaxation, solved.
 
     python -m benchmarks.reports.pair_relaxation [PROBLEM ...] [--time-limit 600] [--threads 2] [--seed 2]
+        [--no-recompute]
 
 For each linear problem (default: the 13B-like problem at 11 GiB, whose gap is the largest of the
 realistic set), ``end_pair`` (``ppsolve/bounds/relaxation.py``) keeps its first and last stage on two
@@ -9,6 +10,7 @@ lies between its proven bound and the makespan found, and at most the problem's 
 that reasons about those two devices alone, the others as delays, can prove more than the makespan
 found. Printed per problem: the problem's analytic bound, the pair's, the pair's proven bound and the
 makespan found, with what the pair's plan recomputes and offloads on the first device.
+``--no-recompute``: the problem and the pair as if they had no recompute block (keep or offload only).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ DEFAULT = ROOT / "instances/realistic/llama13b-like-8x32-cap11-decide.json"
 def main(argv=None) -> int:
     parser = harness.parser(__doc__, problems=True, time_limit=600.0, threads=2, section=None)
     parser.add_argument("--seed", type=int, default=2, help="the solver's seed (default %(default)s)")
+    parser.add_argument("--no-recompute", action="store_true", help="keep or offload only")
     args = parser.parse_args(argv)
     run = harness.command(__spec__, "--time-limit", f"{args.time_limit:g}", "--threads", str(args.threads),
-                          "--seed", str(args.seed))
+                          "--seed", str(args.seed), *(["--no-recompute"] if args.no_recompute else []))
     lines = ["## What the first and last device alone can prove", "",
              f"`{run}` (2-core machine): the problem's first and last stage on two devices, the stages between "
              "them a latency per microbatch (`end_pair`, `ppsolve/bounds/relaxation.py`), solved. Any schedule of "
@@ -38,6 +41,8 @@ def main(argv=None) -> int:
              "", *harness.table(["problem", "bound", "pair: bound", "pair: proven", "pair: found", "first device: R, offloads"])]
     for path in args.problems or [DEFAULT]:
         problem = load_problem(path)
+        if args.no_recompute:
+            problem = problem.replace(recompute=None)
         pair = end_pair(problem)
         result = solve(pair, SolveOptions(time_limit=args.time_limit, threads=args.threads, seed=args.seed))
         first = [op for op in result.schedule.ops if op.device == 0]

@@ -78,6 +78,47 @@ def test_every_incumbent_is_valid_and_none_is_longer(offload, capacity, checked_
     assert makespans == sorted(makespans, reverse=True) and len(makespans) == result.improved + 1
 
 
+def test_a_window_with_a_second_range_frees_a_lever_whose_f_and_b_lie_apart():
+    """A window over device 0 around F(0, j) and, separately, around B(0, j) of a 1F1B schedule frees
+    neither the ops between the two ranges nor a lever whose R lies there; it lets microbatch j's
+    lever change, admits its own placement, and composes into a valid schedule."""
+    from ppsolve.methods import run_method
+    from ppsolve.ops import Op, OpKind
+
+    problem = _problem({"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}}, capacity=4.25,
+                       recompute={"keep": 0.25})
+    inc = Incumbent(run_method("1f1b", problem))
+    f, b = inc.by_op[Op(OpKind.F, 0, 3)], inc.by_op[Op(OpKind.B, 0, 3)]
+    first, second = (f.start, f.end), (b.start, b.end)
+    between = [op for op in inc.compute[0] if f.end <= op.start < b.start]
+    assert between  # the ranges leave ops of device 0 fixed between them
+    alone = make_window(inc, [0], *first, offload=True)
+    assert (0, 3) not in alone.choosable
+    window = make_window(inc, [0], *first, offload=True, then=second)
+    assert {op.op for op in window.free} == {f.op, b.op}
+    assert window.choosable == {(0, 3)}
+    assert not {op.op for op in between} & window.moves
+    low, high = window.low[Op(OpKind.R, 0, 3)], window.high[Op(OpKind.R, 0, 3)]
+    assert (low, high) == (window.low[b.op], window.high[b.op])  # a new R goes with its B's range
+    budget = Budget(30, deterministic=True)
+    task = PhaseTask(problem, build_scaling(problem), Phase.MAKESPAN, SolveOptions(time_limit=30, threads=1),
+                     budget, budget.search(0.005), Progress(budget, "cpsat"), window=window)
+    answer = backend.run_phase(task)
+    assert answer.status is Status.OPTIMAL
+    assert window.measure(answer.solutions[-1])[0] <= window.current + 1e-9
+    assert check(make_schedule(problem, compose(inc, [(window, answer.solutions[-1])]), "x")).ok
+    with pytest.raises(ValueError):
+        make_window(inc, [0], *second, offload=True, then=first)
+    # recomputed: its lever may change only where its R is free too, and that R keeps its own bounds
+    inc = Incumbent(run_method("1f1b-recompute", problem))
+    f, r, b = (inc.by_op[Op(kind, 0, 3)] for kind in (OpKind.F, OpKind.R, OpKind.B))
+    assert f.end < r.start and r.end < b.start
+    assert (0, 3) not in make_window(inc, [0], f.start, f.end, offload=True, then=(b.start, b.end)).choosable
+    window = make_window(inc, [0], f.start, f.end, offload=True, then=(r.start, b.end))
+    assert window.choosable == {(0, 3)}
+    assert (window.low[r.op], window.high[r.op]) == (window.low[b.op], window.high[b.op])
+
+
 @pytest.mark.parametrize("capacity", [2.25, None], ids=["capped", "uncapped"])
 def test_a_window_admits_its_own_placement(capacity):
     """Every window of a valid schedule has a solution at least as good as the incumbent's placement,

@@ -10,8 +10,12 @@ the window (``PhaseTask.window``) places the free ops again:
 * a dependency on or of a fixed op is a constant bound (``fixed`` holds those ops, timed);
 * memory: on each device of the window, every (stage, microbatch) whose activation is held at
   some time the free ops may take (``keys``), its fixed ops at their times;
-* keep / offload / recompute: a (stage, microbatch) whose F and B are both free may gain or lose
-  its transfers (with any amount) or its R (``choosable``).
+* keep / offload / recompute: a (stage, microbatch) whose F and B are both free (and its R, when it
+  has one) may gain or lose its transfers (with any amount) or its R (``choosable``).
+
+A window may take a second range [a, b) after t1 on the same devices (``then``): its ops are free too,
+each bounded by the fixed ops around its own range, so a microbatch whose F lies in the first range
+and its B in the second may change its lever without freeing what lies between.
 
 Whatever the model returns keeps every fixed op where it was, so the schedule it composes
 (:func:`compose`) is valid when the model is; the runtime's re-timing then moves later ops
@@ -203,8 +207,13 @@ def link_closed(problem: Problem, devices) -> tuple[int, ...]:
 
 
 def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: float, offload: bool,
-                orders: bool = False, recompute: bool = True) -> Window | None:
+                orders: bool = False, recompute: bool = True,
+                then: tuple[float, float] | None = None) -> Window | None:
     """The window of ``devices`` (closed under host links) and [t0, t1), or None when it frees nothing.
+
+    ``then`` (without ``orders``): a second range [a, b), a >= t1, whose ops of the same devices are
+    free too (module docstring). The transfers the model may add take the device-to-host lanes' bounds
+    of the first range and the host-to-device lanes' bounds of the second (one lane: the first's).
 
     ``t0`` may differ by device (a mapping device -> t0, covering ``devices``): a tail window frees
     the ops of every device near the end and those of the busiest devices from further back
@@ -222,6 +231,16 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
     late = 2 * inc.makespan if orders else inc.makespan  # where ops after the window are, for the model
     starts_at = _starts_at(p, devices, t0)
     free, bounds, lane_bounds, edges = _free_ops(inc, devices, starts_at, t1, orders)
+    if then is not None:
+        if orders or then[0] < t1:
+            raise ValueError("a second range needs fixed times and must start at or after t1")
+        more, more_bounds, more_lanes, more_edges = _free_ops(inc, devices, {d: then[0] for d in devices}, then[1],
+                                                              False)
+        free, edges = free + more, edges | more_edges
+        bounds.merge(more_bounds)
+        h2d = {p.lane(d, _REL) for d in devices} - {p.lane(d, _OFF) for d in devices}
+        lane_bounds.update({lane: more_lanes[lane] for lane in h2d})
+        t1 = then[1]
     if not free:
         return None
     choosable = _choosable(inc, free, bounds, lane_bounds, offload and p.can_offload, recompute and p.can_recompute)
@@ -232,7 +251,7 @@ def make_window(inc: Incumbent, devices, t0: float | Mapping[int, float], t1: fl
     window = Window(tuple(devices), min(starts_at[d] for d in devices), t1, tuple(free), fixed, bounds.low,
                     bounds.high, tails, tuple(memory_keys), frozenset(choosable), 0.0, 0.0, late, frozenset(movable),
                     frozenset(movable | set(fixed) | edges), orders,
-                    len(devices) == p.devices and len(set(starts_at.values())) == 1 and not inc.lanes)
+                    len(devices) == p.devices and len(set(starts_at.values())) == 1 and not inc.lanes and then is None)
     current, flow = window.measure(free)
     return replace(window, current=current, flow=flow)
 
@@ -248,8 +267,17 @@ class _Bounds:
 
     def add(self, op: Op, lo: float, hi: float, nxt: Op | None) -> None:
         self.low[op], self.high[op] = lo, hi
+        self.next_fixed.pop(op, None)
         if nxt is not None:
             self.next_fixed[op] = nxt
+
+    def of(self, op: Op) -> tuple[float, float, Op | None]:
+        return self.low[op], self.high[op], self.next_fixed.get(op)
+
+    def merge(self, other: "_Bounds") -> None:
+        self.low.update(other.low)
+        self.high.update(other.high)
+        self.next_fixed.update(other.next_fixed)
 
 
 def _starts_at(p: Problem, devices, t0: float | Mapping[int, float]) -> dict[int, float]:
@@ -303,14 +331,17 @@ def _free_ops(inc: Incumbent, devices, starts_at: dict[int, float], t1: float, o
 
 def _choosable(inc: Incumbent, free: list[ScheduledOp], bounds: _Bounds, lane_bounds, can_offload: bool,
                can_recompute: bool) -> set[Key]:
-    """The (stage, microbatch) whose F and B are both free and that may gain or lose an offload or a
-    recompute; their R and transfers join ``bounds`` (the R with its F's bounds, transfers their lane's)."""
+    """The (stage, microbatch) whose F and B are both free, whose R is free if it has one, and that may
+    gain or lose an offload or a recompute; their R and transfers join ``bounds`` (an R keeps its own
+    bounds, a new one takes its B's; transfers their lane's)."""
     p, by_op = inc.problem, inc.by_op
     free_ops = {op.op for op in free}
     choosable: set[Key] = set()
     for op in free if can_offload or can_recompute else ():
         s, j = op.stage, op.microbatch
         if op.kind is not _F or Op(_B, s, j) not in free_ops:
+            continue
+        if Op(_R, s, j) in by_op and Op(_R, s, j) not in free_ops:
             continue
         off = by_op.get(Op(_OFF, s, j))
         offloadable = can_offload and p.max_offload(s, j) > 0
@@ -322,8 +353,8 @@ def _choosable(inc: Incumbent, free: list[ScheduledOp], bounds: _Bounds, lane_bo
         if Op(_R, s, j) in by_op and not recomputable:
             continue
         choosable.add((s, j))
-        if recomputable:
-            bounds.add(Op(_R, s, j), bounds.low[op.op], bounds.high[op.op], bounds.next_fixed.get(op.op))
+        if recomputable and Op(_R, s, j) not in free_ops:
+            bounds.add(Op(_R, s, j), *bounds.of(Op(_B, s, j)))
         if offloadable:
             for kind in (_OFF, _REL):
                 bounds.add(Op(kind, s, j), *lane_bounds[p.lane(op.device, kind)])
