@@ -7,6 +7,9 @@ import random
 import pytest
 
 from ppsolve import baselines, methods
+from ppsolve.baselines.common import with_recompute
+from ppsolve.baselines.engines.offload_fit import fit_by_offload
+from ppsolve.baselines.families.recompute import fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, NotApplicableError, PpsolveError
 from ppsolve.methods import Method
@@ -16,7 +19,7 @@ from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
-from ppsolve.solvers.warm_start.plans import list_plan, serial_orders
+from ppsolve.solvers.warm_start.plans import fit_by_both, limited_1f1b_orders, list_plan, serial_orders
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 
@@ -181,3 +184,50 @@ def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_eithe
                                         best_warm_start(capped.replace(offload=None))) if s is not None]
         assert both is not None and check(both).ok
         assert not singles or both.makespan <= min(singles) + 1e-9
+
+
+def _long_pipeline(capacity):
+    # 13B-like figures (ms, GiB) on 8 devices: 1F1B holds 8, 7, 6, ... activations of 3.34 on devices 0, 1, 2, ...;
+    # an R costs a forward, and the link moves a whole activation in 170 ms each way
+    return make_problem(devices=8, microbatches=16, backward="split", time_forward=33.4, time_backward_input=37.3,
+                        time_backward_weight=29.5, time_p2p=0.1, memory_activation=3.34, memory_weight_hold=3.14,
+                        memory_capacity=capacity, offload={"bandwidth": {"d2h": 0.0196, "h2d": 0.0196}},
+                        recompute={"keep": 0.2})
+
+
+def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
+    # At a cap of about 4 activations recomputing all the excess makes device 0 the bottleneck, and the link is
+    # too slow to move it all; recomputing some (to the cap raised by 0.75 activations) and offloading part of
+    # the rest is faster than either alone on the same orders, and the warm start finds it
+    problem = _long_pipeline(13)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    plan = fit_by_both(problem, orders, 0.75)
+    mixed = make_schedule(problem, plan.time(problem), "mixed")
+    assert check(mixed).ok
+    recomputed = {(op.stage, op.microbatch) for op in mixed.ops if op.kind is OpKind.R}
+    offloaded = {(op.stage, op.microbatch) for op in mixed.ops if op.kind is OpKind.OFFLOAD}
+    assert recomputed and offloaded and offloaded == set(plan.amounts)
+    _, alone = fit_by_recompute(problem.replace(offload=None), orders)
+    _, by_link, stuck = fit_by_offload(problem.replace(recompute=None), orders)
+    assert not stuck
+    assert mixed.makespan < min(max(op.end for op in alone), max(op.end for op in by_link)) - 30
+    assert len(recomputed) < sum(op.kind is OpKind.R for op in alone)
+    assert best_warm_start(problem).makespan <= mixed.makespan + 1e-9
+
+
+def test_each_fit_leaves_the_other_levers_pairs_alone():
+    # rule 10: a recomputed pair is not offloaded. Offloading orders that recompute some pairs moves
+    # only the others, and recomputing orders that already recompute or offload some adds only new pairs
+    problem = _long_pipeline(17)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    first = {(s, j) for s in range(3) for j in range(s, problem.microbatches, 3)}
+    plan, _, stuck = fit_by_offload(problem, with_recompute(orders, first))
+    assert not stuck and plan.amounts and not set(plan.amounts) & first
+    tighter = problem.replace(capacity=15)
+    again, _ = fit_by_recompute(tighter, plan.orders, plan.waits, amounts=plan.amounts)
+    pairs = [(op.stage, op.microbatch) for order in again for op in order if op.kind is OpKind.R]
+    assert len(pairs) == len(set(pairs)) > len(first) and not set(pairs) & set(plan.amounts)
+    assert check(make_schedule(tighter, simulate(tighter, again, plan.amounts, plan.waits), "again")).ok
+    recomputing, _ = fit_by_recompute(tighter.replace(offload=None), with_recompute(orders, first))
+    pairs = [(op.stage, op.microbatch) for order in recomputing for op in order if op.kind is OpKind.R]
+    assert len(pairs) == len(set(pairs)) > len(first)

@@ -34,7 +34,7 @@ from ppsolve.schedule import ScheduledOp
 from ppsolve.simulator import simulate
 from ppsolve.tolerance import EPS, exceeds
 
-_F, _B, _OFF, _REL = OpKind.F, OpKind.B, OpKind.OFFLOAD, OpKind.RELOAD
+_F, _B, _R, _OFF, _REL = OpKind.F, OpKind.B, OpKind.R, OpKind.OFFLOAD, OpKind.RELOAD
 
 Pair = tuple[int, int]
 
@@ -139,7 +139,8 @@ def _raises(problem: Problem, ops: Sequence[ScheduledOp], curve, device: int, ca
             back[pair] = op.start
     reload_at = {(op.stage, op.microbatch): op.start
                  for op in ops if op.device == device and op.kind is _REL}
-    held = sorted((start, pair) for pair, start in off.items())
+    recomputed = {(op.stage, op.microbatch) for op in ops if op.device == device and op.kind is _R}
+    held = sorted((start, pair) for pair, start in off.items() if pair not in recomputed)
     raises: dict[Pair, float] = {}
 
     def kept_off(pair: Pair, amount: float) -> tuple[float, float]:  # (offload ends, reload starts) with amount

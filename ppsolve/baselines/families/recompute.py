@@ -127,21 +127,25 @@ build_interleaved_adapipe = _adapipe("interleaved-1f1b-adapipe", interleaved_pla
 # ----- recomputing just enough microbatches (the warm start's plans) -----
 
 def fit_by_recompute(problem: Problem, orders: Sequence[Sequence[Op]],
-                     waits=None, prefer: str = "longest") -> tuple[Orders, list[ScheduledOp]]:
+                     waits=None, prefer: str = "longest",
+                     amounts=None) -> tuple[Orders, list[ScheduledOp]]:
     """``orders`` with R(s,j) right before B(s,j) for just enough (s,j) that every device fits its cap,
     and their timing; InfeasibleError when no more choice helps.
 
     Rounds: time the plan; on each device over its cap, walk its memory curve in time and, at each
     instant still over the cap after the pairs chosen so far, recompute pairs that hold a whole
-    activation there (F started, the op before B not yet ended; neither recomputed nor offloaded),
+    activation there (F started, the op before B not yet ended; neither recomputed, in ``orders`` or
+    before, nor offloaded),
     in the order ``prefer`` names (see ``PREFER``), until that instant fits; time the plan again
-    (R shifts the times). ``waits``: the plan's explicit waits (see :func:`ppsolve.simulator.simulate`).
+    (R shifts the times). ``waits`` and ``amounts``: the plan's explicit waits and its offloads' amounts
+    (see :func:`ppsolve.simulator.simulate`).
     """
-    excluded = {(op.stage, op.microbatch) for order in orders for op in order if op.kind is OpKind.OFFLOAD}
+    excluded = {(op.stage, op.microbatch) for order in orders for op in order
+                if op.kind in (OpKind.OFFLOAD, OpKind.R)}  # offloaded, or recomputed already
     chosen: set[tuple[int, int]] = set()
     for _ in range(problem.num_stages * problem.microbatches + 1):
         plan = with_recompute(orders, chosen)
-        ops = simulate(problem, plan, waits=waits)
+        ops = simulate(problem, plan, amounts, waits)
         over = over_capacity(problem, ops)
         if not over:
             return plan, ops

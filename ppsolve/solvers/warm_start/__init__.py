@@ -33,6 +33,12 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   alone: when its share of the time lets it try them all, it is at most the better of the
   warm starts with offload only and with recompute only (tests/solvers/test_solver_warm_start.py
   checks it on random problems and caps).
+* with both levers and a cap, last: 1F1B and the published orders, made without the cap and
+  with W right after B, recomputing just enough to fit each cap raised by a share of an
+  activation and offloading the rest (:func:`ppsolve.solvers.warm_start.plans.fit_by_both`).
+  Where recomputing all the excess makes the first device the bottleneck and the link cannot
+  move it all, this beats both (llama13b-like, 8 x 32 at 15 GiB: 4037.05 against 4125.97 with
+  recompute only).
 
 When microbatches differ (contract version 4) the baselines and plans above run in data
 order; then every applicable baseline runs with its microbatches longest first and shortest

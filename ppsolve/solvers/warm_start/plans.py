@@ -2,7 +2,8 @@
 
 Serial microbatches (valid for any placement), 1F1B limited to k in flight, the list
 scheduler's orders under other kind preferences, and, on capped problems, the same and the
-published orders with offloads or recomputes added where a device is over its cap.
+published orders with offloads or recomputes added where a device is over its cap, and with
+both (:func:`fit_by_both`).
 :func:`own_plans` lists them lazily, cheapest first; ``ppsolve.solvers.warm_start`` says
 which it tries and keeps.
 """
@@ -13,7 +14,7 @@ from typing import Callable, Iterator
 
 from ppsolve.baselines.common import with_w_after_b
 from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.engines.offload_fit import selective_offload_plans
+from ppsolve.baselines.engines.offload_fit import fit_by_offload, selective_offload_plans
 from ppsolve.baselines.engines.offload_pass import Plan
 from ppsolve.baselines.families.onef1b import onef1b_forward_backward
 from ppsolve.baselines.families.recompute import PREFER, fit_by_recompute
@@ -155,6 +156,52 @@ def offload_plans(problem: Problem) -> list[tuple[str, list[list[Op]]]]:
     return plans
 
 
+def fit_by_both(problem: Problem, orders: list[list[Op]], share: float, gap: int = 2,
+                prefer: str = "longest") -> Plan:
+    """``orders`` (without levers) fitted to the caps with both levers: just enough recomputes
+    (:func:`~ppsolve.baselines.families.recompute.fit_by_recompute`, ``prefer``) to fit each cap raised
+    by ``share`` times its device's largest activation, then just enough offload
+    (:func:`~ppsolve.baselines.engines.offload_fit.fit_by_offload`, forwards waiting ``gap`` back) of
+    the pairs not recomputed to fit the caps; where the link cannot move that much by then, more
+    pairs not offloaded are recomputed. InfeasibleError when that does not fit either.
+
+    Recomputing costs compute time and offloading link time: each alone pays for the whole excess
+    over the cap, which the recomputes of a device in front of a long pipeline make its bottleneck
+    (llama13b-like, 8 x 32 at 15 GiB: 24 recomputes on device 0 alone against 12 and 18 offloads)."""
+    raised = [None if cap is None else cap + share * max((problem.activation.high(s)
+                                                          for s in problem.stages_of_device[d]), default=0.0)
+              for d, cap in enumerate(problem.capacity)]
+    recomputed, _ = fit_by_recompute(problem.replace(capacity=raised), orders, prefer=prefer)
+    plan, _, stuck = fit_by_offload(problem, recomputed, gap=gap)
+    if stuck:
+        orders, _ = fit_by_recompute(problem, plan.orders, plan.waits, prefer, plan.amounts)
+        plan = Plan(orders, plan.amounts, plan.waits, plan.policy)
+    return plan
+
+
+def mixed_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
+    """Plans with both levers (:func:`fit_by_both`, each share in ``MIXED_SHARES`` and each way to pick
+    the recomputes) on 1F1B (linear) and
+    on every published order that applies, each built without the cap and with W right after B;
+    nothing unless the problem is capped and may both recompute and offload."""
+    if not (problem.can_recompute and problem.can_offload) or all(c is None for c in problem.capacity):
+        return
+    base = problem.replace(offload=None, recompute=None)
+    orders: list[tuple[str, Callable[[], list[list[Op]]]]] = []
+    if problem.placement_name == "linear":
+        orders.append(("1f1b", lambda: limited_1f1b_orders(base, problem.devices)))
+    for name, made in published_over_cap(base):
+        orders.append((f"{name}-w-after-b", lambda made=made: w_right_after_b(base, made)))
+    for share in MIXED_SHARES:
+        for name, make in orders:
+            for prefer in PREFER:
+                yield (f"{name}+recompute-{prefer}+offload-{share:g}act",
+                       lambda make=make, share=share, prefer=prefer: fit_by_both(problem, make(), share, prefer=prefer))
+
+
+# mixed plans: the shares of a device's largest activation its cap is raised by for the recomputes
+MIXED_SHARES = (0.25, 0.75, 1.5)
+
 # 1F1B limited to k in flight with recompute: every k above what fits, up to this many values of k
 RECOMPUTE_KS = 8
 
@@ -235,3 +282,4 @@ def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op
     for name, orders in offload_plans(problem):
         yield name, lambda orders=orders: orders
     yield from selective_offload_plans(problem)  # makes a Plan: orders, amounts and waits
+    yield from mixed_plans(problem)  # Plans too
