@@ -215,7 +215,7 @@ def _warm_start(run: Run) -> Schedule | None:
         tries = budget.warm_start_candidates(problem.num_stages * problem.microbatches * len(problem.kinds))
         _, cut = wait_for(lambda: best_warm_start(problem, options.warm_start, budget.baseline_seconds(),
                                                   None if budget.deterministic else deadline, sink=found,
-                                                  max_tries=tries),
+                                                  max_tries=tries, mixed=run.knobs.mixed_plans),
                           lambda: time.monotonic() > budget.deadline - budget.reserve
                           or (time.monotonic() > deadline and bool(found)))
     for schedule in options.also_start_from:

@@ -18,6 +18,7 @@ from ppsolve.problem import load_problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.settings import PhaseSettings, Settings
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
 from ppsolve.solvers.warm_start.plans import fit_by_both, limited_1f1b_orders, list_plan, serial_orders
 from tests.helpers import make_problem
@@ -198,7 +199,7 @@ def _long_pipeline(capacity):
 def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
     # At a cap of about 4 activations recomputing all the excess makes device 0 the bottleneck, and the link is
     # too slow to move it all; recomputing some (to the cap raised by 0.75 activations) and offloading part of
-    # the rest is faster than either alone on the same orders, and the warm start finds it
+    # the rest is faster than either alone on the same orders, and the warm start finds it when asked
     problem = _long_pipeline(13)
     orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
     plan = fit_by_both(problem, orders, 0.75)
@@ -212,7 +213,8 @@ def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
     assert not stuck
     assert mixed.makespan < min(max(op.end for op in alone), max(op.end for op in by_link)) - 30
     assert len(recomputed) < sum(op.kind is OpKind.R for op in alone)
-    assert best_warm_start(problem).makespan <= mixed.makespan + 1e-9
+    assert best_warm_start(problem, mixed=True).makespan <= mixed.makespan + 1e-9
+    assert best_warm_start(problem).makespan > mixed.makespan  # off by default (PhaseSettings.mixed_plans)
 
 
 def test_each_fit_leaves_the_other_levers_pairs_alone():
@@ -231,3 +233,11 @@ def test_each_fit_leaves_the_other_levers_pairs_alone():
     recomputing, _ = fit_by_recompute(tighter.replace(offload=None), with_recompute(orders, first))
     pairs = [(op.stage, op.microbatch) for order in recomputing for op in order if op.kind is OpKind.R]
     assert len(pairs) == len(set(pairs)) > len(first)
+
+
+def test_a_solve_starts_from_a_plan_with_both_levers_when_its_settings_ask():
+    problem = _long_pipeline(13)
+    asked = solve(problem, SolveOptions(time_limit=6, threads=1, seed=0,
+                                        settings=Settings(phases=PhaseSettings(mixed_plans=True))))
+    assert "+offload-" in asked.warm_start.method.name and asked.warm_start.recomputed
+    assert asked.schedule.makespan <= asked.warm_start.makespan and check(asked.schedule).ok

@@ -33,7 +33,8 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   alone: when its share of the time lets it try them all, it is at most the better of the
   warm starts with offload only and with recompute only (tests/solvers/test_solver_warm_start.py
   checks it on random problems and caps).
-* with both levers and a cap, last: 1F1B and the published orders, made without the cap and
+* with both levers and a cap, last, and only when asked (``PhaseSettings.mixed_plans``, off by
+  default: docs/solver.md): 1F1B and the published orders, made without the cap and
   with W right after B, recomputing just enough to fit each cap raised by a share of an
   activation and offloading the rest (:func:`ppsolve.solvers.warm_start.plans.fit_by_both`).
   Where recomputing all the excess makes the first device the bottleneck and the link cannot
@@ -79,8 +80,8 @@ def acceptable(schedule: Schedule) -> bool:
 
 def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                     at_least_one: bool = True, beat: float = math.inf,
-                    out: list[Schedule] | None = None) -> list[Schedule]:
-    """Our own plans, each as listed and, when it offloads, with every forward waiting for the
+                    out: list[Schedule] | None = None, mixed: bool = False) -> list[Schedule]:
+    """Our own plans (with ``mixed``, those with both levers too), each as listed and, when it offloads, with every forward waiting for the
     offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
     made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
     A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
@@ -93,7 +94,7 @@ def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
     def may_skip() -> bool:  # a plan may be skipped once one of ours is kept, or when none is required
         return len(out) > kept or not at_least_one
 
-    for name, make in own_plans(problem):
+    for name, make in own_plans(problem, mixed):
         if may_skip() and until():
             break
         try:
@@ -175,13 +176,14 @@ def ordered_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: Fa
 
 def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | None = None,
                     deadline: float | None = None, sink: list[Schedule] | None = None,
-                    max_tries: int | None = None) -> Schedule | None:
+                    max_tries: int | None = None, mixed: bool = False) -> Schedule | None:
     """The shortest acceptable schedule among the baselines (per ``choice``) and our own plans,
     trying candidates until ``deadline`` (``time.monotonic()``; None: all of them) or, with
     ``max_tries``, until that many acceptable schedules were found (a count that does not depend on
     the clock: methods that do not apply, refuse or break the caps are not counted, so a V-shape or
     a capped problem still reaches the methods made for it). ``sink``, when given, receives each
-    candidate as soon as it exists (a caller that stops waiting keeps what was found)."""
+    candidate as soon as it exists (a caller that stops waiting keeps what was found). ``mixed``: our
+    plans with both levers too (``PhaseSettings.mixed_plans``)."""
     candidates = sink if sink is not None else []
 
     def until() -> bool:  # asked before each candidate (a baseline method, or one plan of ours)
@@ -192,7 +194,7 @@ def best_warm_start(problem: Problem, choice: str = "auto", time_limit: float | 
     baseline_warm_starts(problem, choice, time_limit, until, out=candidates)
     if choice == "auto":  # then our plans, serial first (valid, cheap), then other microbatch orders
         own_warm_starts(problem, until, at_least_one=not candidates,
-                        beat=min((c.makespan for c in candidates), default=math.inf), out=candidates)
+                        beat=min((c.makespan for c in candidates), default=math.inf), out=candidates, mixed=mixed)
         ordered_warm_starts(problem, until, out=candidates)
     return shortest(candidates)
 

@@ -263,9 +263,10 @@ def recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[l
             yield f"greedy-{kinds}-nocap+recompute{how}", make
 
 
-def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op]] | Plan]]]:
+def own_plans(problem: Problem, mixed: bool = False) -> Iterator[tuple[str, Callable[[], list[list[Op]] | Plan]]]:
     """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial); the last,
-    selective offload (:mod:`ppsolve.baselines.engines.offload_fit`), make a Plan with its amounts and waits."""
+    selective offload (:mod:`ppsolve.baselines.engines.offload_fit`) and, with ``mixed``, the plans with
+    both levers (:func:`mixed_plans`), make a Plan with its amounts and waits."""
     yield "serial", lambda: serial_orders(problem)
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):
@@ -282,4 +283,5 @@ def own_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[list[Op
     for name, orders in offload_plans(problem):
         yield name, lambda orders=orders: orders
     yield from selective_offload_plans(problem)  # makes a Plan: orders, amounts and waits
-    yield from mixed_plans(problem)  # Plans too
+    if mixed:
+        yield from mixed_plans(problem)
