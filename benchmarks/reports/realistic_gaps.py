@@ -28,6 +28,7 @@ from ppsolve.checker import check
 from ppsolve.errors import PpsolveError
 from ppsolve.problem import load_problem
 from ppsolve.solvers import SolveOptions, solve
+from ppsolve.solvers.settings import PhaseSettings, Settings
 
 FULL = ("1f1b-recompute", "interleaved-1f1b-recompute")
 PER_STAGE = ("1f1b-adapipe", "interleaved-1f1b-adapipe")
@@ -61,13 +62,13 @@ def _best(plans, names) -> float | None:
     return min(found, default=None)
 
 
-def measure(path, time_limit: float, threads: int | None, seed: int) -> Row:
+def measure(path, time_limit: float, threads: int | None, seed: int, settings: Settings = Settings()) -> Row:
     problem = load_problem(path)
     plans = baseline_plans(path.stem, problem)
     row = Row(path.stem, _best(plans, FULL), _best(plans, PER_STAGE))
     started = time.perf_counter()
     try:
-        result = solve(problem, SolveOptions(time_limit=time_limit, threads=threads, seed=seed))
+        result = solve(problem, SolveOptions(time_limit=time_limit, threads=threads, seed=seed, settings=settings))
     except PpsolveError as exc:
         row.note = str(exc).splitlines()[0]
         return row
@@ -106,6 +107,7 @@ def section(rows: list[Row], command: str, previous_run: str = "") -> str:
 def _command(args) -> str:
     return harness.command(__spec__, "--time-limit", f"{args.time_limit:g}",
                            *(["--threads", str(args.threads)] if args.threads else []), "--seed", str(args.seed),
+                           *(["--mixed-plans"] if args.mixed_plans else []),
                            *(str(p.relative_to(ROOT)) if p.is_absolute() and ROOT in p.parents else str(p)
                              for p in args.problems))
 
@@ -116,14 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the solver's seed")
     parser.add_argument("--previous", type=Path, help="an earlier run's --json file: its solve and bound beside each row")
     parser.add_argument("--previous-run", default="", help="what that run was (a sentence for the section)")
+    parser.add_argument("--mixed-plans", action="store_true",
+                        help="the warm start's plans with both levers on (PhaseSettings(mixed_plans=True))")
     args = parser.parse_args(argv)
+    settings = Settings(phases=PhaseSettings(mixed_plans=True)) if args.mixed_plans else Settings()
     if args.render:  # the rows hold an earlier run's figures already
         rows = [Row(**row) for row in json.loads(args.render.read_text())]
     else:
         earlier = {row["problem"]: row for row in json.loads(args.previous.read_text())} if args.previous else {}
         rows = []
         for path in harness.problem_paths(args.problems, ROOT / "instances" / "realistic"):
-            rows.append(measure(path, args.time_limit, args.threads, args.seed))
+            rows.append(measure(path, args.time_limit, args.threads, args.seed, settings))
             r = rows[-1]
             if r.problem in earlier:
                 r.previous_makespan, r.previous_bound = earlier[r.problem]["makespan"], earlier[r.problem]["lower_bound"]

@@ -53,8 +53,7 @@ class PhaseSettings:
     whole_share: float = 0.3
     whole_shares_first: float = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares first
     # the warm start's plans with both levers (plans.mixed_plans): off, as the search from such a start
-    # (transfers in it: no order windows) ends worse where a plan with one lever would have reached
-    # further (docs/solver.md, the warm start)
+    # ends worse on some problems than from a plan with one lever (docs/solver.md, the 13B paragraph)
     mixed_plans: bool = False
     shed_tries: int = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
 
