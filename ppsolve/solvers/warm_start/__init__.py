@@ -81,8 +81,9 @@ def acceptable(schedule: Schedule) -> bool:
 def own_warm_starts(problem: Problem, until: Callable[[], bool] = lambda: False,
                     at_least_one: bool = True, beat: float = math.inf,
                     out: list[Schedule] | None = None, mixed: bool = False) -> list[Schedule]:
-    """Our own plans (with ``mixed``, those with both levers too), each as listed and, when it offloads, with every forward waiting for the
-    offloads before it (contract v2), which lowers the peak of back-to-back forwards. Plans are
+    """Our own plans (with ``mixed``, those with both levers too), each as listed and, when it
+    offloads, with every forward waiting for the offloads before it (contract v2), which lowers the
+    peak of back-to-back forwards. Plans are
     made lazily and the loop stops once ``until()`` is true (after one plan with ``at_least_one``).
     A plan longer than ``beat`` or than a plan kept before it cannot win and is not checked
     (a check costs more than a simulation), nor is one whose orders a plan before it had.
