@@ -1,7 +1,8 @@
 """Lower bounds on the makespan and on the memory a problem needs.
 
 ``analytic`` combines the per-device bounds into :func:`makespan_lower_bound` and :func:`min_capacity`;
-``sequence``, ``admission``, ``idle``, ``held`` and ``recompute`` each hold one argument it uses.
+``sequence``, ``admission``, ``idle``, ``first_backward``, ``held`` and ``recompute`` each hold one argument
+it uses.
 The split bound, which proves smaller problems with CP-SAT, lives with the solver
 (``ppsolve.solvers.cpsat.split_bound``) so that this package never imports the solvers.
 """

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ppsolve.bounds.admission import admission_bound, admission_starts
 from ppsolve.bounds.drain import least_drain
+from ppsolve.bounds.first_backward import least_idle_before, stage_forwards
 from ppsolve.bounds.last_backward import least_last_tail
 from ppsolve.bounds.chains import Chains, columns, longest_from, microbatch_chains, one_microbatch
 from ppsolve.bounds.relaxation import least_costs
@@ -221,8 +222,8 @@ class _IdleParts:
     after: float  # least T - t* less the B and W work after it
     adds: bool
     # the least idle before the first B alone, less the R run then: ``before``, or where no R is shorter than
-    # its F also the figure as if nothing were recomputed (``idle_bound``'s argument); T >= load + this + any
-    # idle after the first B
+    # its F also the figure as if nothing were recomputed (``idle_bound``'s argument) and the forwards counted
+    # by stage with the link (``ppsolve.bounds.first_backward``); T >= load + this + any idle after the first B
     least_before: float
 
     def total(self, after: float) -> float:
@@ -252,11 +253,15 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
                                   for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[i] for i in items)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
+    by_stage = least_idle_before(stage_forwards(problem, items, chains.f_head, m), cap, first_b, d2h) or 0.0
+    if problem.recompute is None:
+        before = max(before, by_stage)
     least_before = before
     if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
         whole = _device_data(problem, items, recompute=False)
-        least_before = max(before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1])
+        least_before = max(before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1], by_stage)
     return _IdleParts(items, x, load, before, after, front < all_f - EPS, least_before)
+
 
 
 def drain_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None, floor: float = 0.0) -> float:
@@ -346,6 +351,9 @@ def idle_bound(parts: _IdleParts | None) -> float:
     holds its activation less what went to host, and these events are at least a forward apart
     (R >= F), each share leaving only after its op ends: the knapsack and ``least_starts`` above
     hold for K as they do without recompute (Q's checkpoints only add memory).
+
+    On a device of several stages the forwards before t_B are also counted stage by stage, each at its own
+    activation and F, with what the link can have moved by then (``ppsolve.bounds.first_backward``).
 
     Per-microbatch costs: every (s, j) is an item of its own in the knapsacks (count 1, its own
     sizes and durations, its own earliest F end), and the arguments that count ops alike
