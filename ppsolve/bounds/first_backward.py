@@ -24,9 +24,10 @@ sum n_s a_s fits the cap with the link's share). So t_B - (F of K) >= t(n) - V(n
 schedule's K, V(n) = sum n_s F_s, and the least of t(n) - V(n) over every n bounds the idle before t_B
 (``least_idle_before``, every n at once with numpy).
 
-On a device of one stage this is what ``ppsolve.bounds.idle.least_starts`` counts; on a device of
-several stages with different activations and forward times it adds what the mixed sizes force, which
-the figures that take every forward at the least size and the longest F leave out (llama8b-like,
+On a device of one stage ``ppsolve.bounds.idle.least_starts`` counts the same forwards (on no device of
+a bundled linear problem does this figure rise above it); on a device of several stages with different
+activations and forward times it adds what the mixed sizes force, which the figures that take every
+forward at the least size and the longest F leave out (llama8b-like,
 interleaved v = 2 at 21 GiB, device 6: 32.6 ms beyond its head; its stage 6 holds 3.375 GiB a
 microbatch for a 31.86 ms F, its stage 14 2.25 GiB for 21.24 ms).
 """
