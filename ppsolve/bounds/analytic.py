@@ -253,15 +253,18 @@ def _idle_parts(problem: Problem, device: int, chains: Chains) -> _IdleParts | N
                                   for k, bw, h, w in zip(x.kept, x.BW, x.hold, x.W)], cap))
     b_tail = min(chains.b_tail[i] for i in items)
     after = max(0.0, f_tail - back, _after_last_f(x, m, cap, f_tail, b_tail, link.h2d if link else 0.0))
-    by_stage = least_idle_before(stage_forwards(problem, items, chains.f_head, m), cap, first_b, d2h) or 0.0
+    no_shorter_r = problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f
+                                                         for i, f in zip(items, x.F))
+    by_stage = 0.0  # the forwards before t_B counted by stage (needs every R at least its F, or no recompute)
+    if problem.recompute is None or no_shorter_r:
+        by_stage = least_idle_before(stage_forwards(problem, items, chains.f_head, m), cap, first_b, d2h) or 0.0
     if problem.recompute is None:
         before = max(before, by_stage)
     least_before = before
-    if problem.recompute is not None and all(problem.duration(OpKind.R, *i) >= f for i, f in zip(items, x.F)):
+    if no_shorter_r:
         whole = _device_data(problem, items, recompute=False)
         least_before = max(before, _idle_before(whole, heads, m, cap, head, first_b, d2h)[1], by_stage)
     return _IdleParts(items, x, load, before, after, front < all_f - EPS, least_before)
-
 
 
 def drain_bound(problem: Problem, device: int, chains: Chains, parts: _IdleParts | None, floor: float = 0.0) -> float:

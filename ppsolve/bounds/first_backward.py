@@ -44,8 +44,9 @@ from ppsolve.problem import Problem
 from ppsolve.tolerance import EPS
 
 # the most stage-count combinations counted for one device (33 ** 2 for two stages of 32 microbatches, 129 ** 2
-# for two of 128, about 5 ms); beyond, no figure is made (d = 32, m = 256, v = 2 with a fast link: 0.3 s more
-# for the bound of the whole problem, which took 0.9 s, and nothing raised)
+# for two of 128: about 5 ms); beyond, no figure is made (counting every device of the d = 32, m = 256, v = 2
+# scale problems, 257 ** 2 where the link keeps pace with the forwards, added 0.3 s to a 0.9 s bound and
+# raised nothing)
 MAX_COMBINATIONS = 50_000
 
 
