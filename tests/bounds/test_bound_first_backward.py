@@ -12,7 +12,6 @@ makespan is at least ``makespan_lower_bound``)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -27,8 +26,7 @@ from ppsolve.problem import load_problem, problem_from_dict
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from ppsolve.solvers import SolveOptions, solve
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 _F, _B, _W = OpKind.F, OpKind.B, OpKind.W
 
@@ -51,7 +49,7 @@ def draw_problem(rng: random.Random) -> dict:
                         "duplex": rng.random() < 0.7}}
 
 
-def _prerequisites(op: Op, S: int, split: bool) -> list[Op]:
+def _prerequisites(op: Op, S: int) -> list[Op]:
     """The compute ops ``op`` waits for (the contract's ordering rules 1 to 4)."""
     s, j = op.stage, op.microbatch
     if op.kind is _F:
@@ -63,8 +61,9 @@ def _prerequisites(op: Op, S: int, split: bool) -> list[Op]:
 
 def random_orders(problem, rng: random.Random, offload_share: float, eager: float) -> tuple[list[list[Op]], dict]:
     """Device orders of one random order of every compute op that obeys the dependencies (a ready F
-    taken first with probability ``eager``, else any ready op), with about ``offload_share`` of the activations offloaded right after their F (a random amount up to the
-    share that may go) and reloaded right before their B; and those amounts."""
+    taken first with probability ``eager``, else any ready op), with about ``offload_share`` of the
+    activations offloaded right after their F (a random amount up to the share that may go) and reloaded
+    right before their B; and those amounts."""
     S, m, split = problem.num_stages, problem.microbatches, problem.split_backward
     kinds = (_F, _B, _W) if split else (_F, _B)
     left = {Op(k, s, j) for k in kinds for s in range(S) for j in range(m)}
@@ -72,7 +71,7 @@ def random_orders(problem, rng: random.Random, offload_share: float, eager: floa
     orders: list[list[Op]] = [[] for _ in range(problem.devices)]
     amounts = {}
     while left:
-        ready = sorted((op for op in left if all(p in done for p in _prerequisites(op, S, split))),
+        ready = sorted((op for op in left if all(p in done for p in _prerequisites(op, S))),
                        key=lambda op: (op.kind.value, op.stage, op.microbatch))
         forwards = [op for op in ready if op.kind is _F]
         op = rng.choice(forwards if forwards and rng.random() < eager else ready)
@@ -138,7 +137,7 @@ def figure(problem, device: int, cap: float, d2h: float | None = None) -> float 
 
 
 def test_no_random_valid_schedule_idles_less_before_its_first_b_than_the_figure():
-    tally = {"schedules": 0, "devices": 0, "tight": 0, "above_head": 0}
+    tally = {"schedules": 0, "above_head": 0}
     for problem, schedule in witnesses(seed=3, problems=40, per_problem=12):
         assert schedule.makespan >= makespan_lower_bound(problem).value - 1e-9
         tally["schedules"] += 1
@@ -151,10 +150,8 @@ def test_no_random_valid_schedule_idles_less_before_its_first_b_than_the_figure(
             assert idle >= least - 1e-9, (problem, device, idle, least)
             assert figure(problem, device, problem.capacity[device]) <= least + 1e-9
             head = min(chains.f_head[i] for i in chains.items(problem.stages_of_device[device]))
-            tally["devices"] += 1
-            tally["tight"] += idle <= least + 1e-9
             tally["above_head"] += least > head + 1e-9
-    # the figure says more than the head alone on many devices (the witnesses reach it on a few)
+    # the figure says more than the head alone on many devices
     assert tally["schedules"] >= 400 and tally["above_head"] >= 200, tally
 
 
@@ -164,7 +161,7 @@ def test_no_solved_schedule_idles_less_before_its_first_b_than_the_figure():
     # enough to the figure that the same figure without the link (what the cap alone would force) is above
     # the idle of some of them.
     rng = random.Random(5)
-    tally = {"devices": 0, "link_needed": 0}
+    link_needed = 0
     for _ in range(16):
         problem = problem_from_dict(draw_problem(rng))
         low, high = min_capacity(problem, offload=True), min_capacity(problem)
@@ -175,9 +172,8 @@ def test_no_solved_schedule_idles_less_before_its_first_b_than_the_figure():
         for device in range(problem.devices):
             idle, held = idle_before_first_b(schedule, device)
             assert idle >= figure(problem, device, held) - 1e-9, (problem, device)
-            tally["devices"] += 1
-            tally["link_needed"] += idle < figure(problem, device, held, d2h=0.0) - 1e-9
-    assert tally["link_needed"] >= 2, tally
+            link_needed += idle < figure(problem, device, held, d2h=0.0) - 1e-9
+    assert link_needed >= 2
 
 
 def test_the_figure_raises_the_bound_of_the_interleaved_llama8b_like_problem_at_21_gib():
