@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from ppsolve.bounds import critical_path
 from ppsolve.checker import check
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
@@ -316,14 +317,18 @@ def test_a_window_may_start_at_a_different_time_on_each_device():
     assert any(op.device == 3 and op.start < H - 10.0 for op in window.free)
 
 
-def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings()):
-    """The windows ``lns.improve`` asks for, none of them solved, until ``count``; and its result."""
+def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings(), offload: bool = False,
+                    limits: list | None = None):
+    """The windows ``lns.improve`` asks for, none of them solved, until ``count``; and its result.
+    ``limits``: each window's deterministic limit is appended there."""
     seen = []
 
     class Recording:
         @staticmethod
         def run_phase(task):
             seen.append(task.window)
+            if limits is not None:
+                limits.append(task.limit.deterministic)
             if len(seen) >= count:
                 raise KeyboardInterrupt
             return PhaseAnswer(Status.UNKNOWN, work=1.0)
@@ -332,7 +337,7 @@ def _record_windows(problem, start, count, knobs: LnsSettings = LnsSettings()):
     options = SolveOptions(time_limit=60, threads=1, settings=Settings(lns=knobs))
     limit = budget.search(1.0)
     result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), Recording,
-                         start, limit, False, 0.0)
+                         start, limit, offload, 0.0)
     return seen, result, limit
 
 
@@ -359,6 +364,50 @@ def test_tail_windows_start_when_the_ordinary_ones_stall():
     ordinary = math.ceil(knobs.tail_stall * limit.deterministic / (1.0 + knobs.window_overhead) - 1e-9)
     assert 0 < ordinary < 11
     assert result.windows == 11 and result.tail_windows == 11 - ordinary
+
+
+def test_a_drain_window_frees_every_device_alike_up_to_the_end_transfers_included():
+    """When due, the drain window spans every device from drain_span microbatch paths before the end to
+    the end, on a schedule with transfers too (their times fixed), with drain_share of the search's
+    work; ordinary windows follow."""
+    problem = _problem(OFFLOAD)
+    start = _serial(problem, offload=True)
+    knobs = LnsSettings(drain_at=(0.0,))
+    limits: list = []
+    seen, result, limit = _record_windows(problem, start, 3, knobs, offload=True, limits=limits)
+    drain, after = seen[0], seen[1:]
+    t0 = start.makespan - knobs.drain_span * critical_path(problem)
+    assert drain.devices == tuple(range(problem.devices)) and drain.t1 == start.makespan and not drain.orders
+    assert {op.op for op in drain.free} == {op.op for op in start.ops if op.start >= t0 - 1e-9}
+    assert any(op.kind.is_transfer for op in drain.free)
+    assert limits[0] == pytest.approx(knobs.drain_share * limit.deterministic)
+    assert len(after) == 2 and limits[1] == knobs.window_seconds
+    assert result.drain_windows == 1 and result.windows == 2
+
+
+def test_a_drain_window_is_skipped_when_it_would_free_too_many_ops():
+    problem = _problem()
+    start = _serial(problem)
+    seen, result, _ = _record_windows(problem, start, 2, LnsSettings(drain_at=(0.0,), drain_max_ops=5))
+    inc = Incumbent(start)
+    assert lns.drain_starts(inc, critical_path(problem), LnsSettings(drain_max_ops=5)) is None
+    assert lns.drain_starts(inc, critical_path(problem)) is not None
+    assert result.drain_windows == 0 and len(seen) == 2
+
+
+def test_drain_windows_with_transfers_keep_every_incumbent_valid(checked_incumbents):
+    """Drain windows solved (at the start and halfway) on a schedule that offloads: each schedule kept
+    passes the checker, and the first one shortens the serial start's drain."""
+    problem = _problem(OFFLOAD)
+    start = _serial(problem, offload=True)
+    knobs = LnsSettings(drain_at=(0.0, 0.5), drain_share=0.25)
+    options = SolveOptions(time_limit=GUARD, threads=1, settings=Settings(lns=knobs))
+    budget = Budget(GUARD, deterministic=True)
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend, start,
+                         Limit(time.monotonic() + GUARD, 4.0), True, 0.0)
+    assert result.drain_windows == 2 and result.drain_improved >= 1
+    assert check(result.best).ok and result.best.makespan < start.makespan
+    assert len(checked_incumbents) == result.improved + 1
 
 
 def test_tail_windows_are_shrunk_to_the_op_limit():

@@ -10,6 +10,11 @@ moves ops earlier, never later) and kept if the checker passes it and it is shor
 with its ops ending earlier in sum (so that a later window can shorten it). Every incumbent is
 a valid schedule.
 
+Drain windows: at set shares of the search's time (``LnsSettings.drain_at``) one window frees every
+device from about one microbatch's critical path before the end to the end, and gets a large share of
+the time. Time slices of the ordinary size cannot rearrange the last microbatches of every device at
+once, which is what the drain of a pipeline needs.
+
 A window is sized to hold about ``size`` free ops: the size grows while windows are solved to
 optimality within their limit and shrinks when they are not. Re-timing and checking the whole
 schedule cost more than a window on large problems, so a round solves several windows that do
@@ -51,6 +56,8 @@ class LnsResult:
     sizes: list[int] = field(default_factory=list)
     tail_windows: int = 0  # of ``windows``, those over the end of the schedule (LnsSettings.tail_stall)
     tail_improved: int = 0
+    drain_windows: int = 0  # of ``windows``, those over every device's end (LnsSettings.drain_at)
+    drain_improved: int = 0
 
 
 def _flow(schedule: Schedule) -> float:
@@ -100,6 +107,14 @@ def pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[in
             break
         span, back = 0.9 * span, 0.9 * back
     return t0
+
+
+def drain_starts(inc: Incumbent, path: float, settings: LnsSettings = LnsSettings()) -> float | None:
+    """Where a drain window starts on every device: ``drain_span`` times ``path`` (one microbatch's critical
+    path) before the end; None when that frees more than ``drain_max_ops`` compute ops (``settings``)."""
+    t0 = max(0.0, inc.makespan - settings.drain_span * path)
+    count = sum(len(starts) - bisect_left(starts, t0) for starts in inc.compute_starts)
+    return t0 if count <= settings.drain_max_ops else None
 
 
 def as_runtime_runs(problem: Problem, start: Schedule) -> Schedule:
@@ -155,12 +170,14 @@ class Search:
             op.kind.is_transfer for op in start.ops)
         # the tail windows' scale: one microbatch's critical path, then the longest path through the last
         # window measured (measure() in solve_round)
-        self.path = critical_path(problem)
+        self.path = self.microbatch_path = critical_path(problem)
         loads = [problem.device_load(d) for d in range(problem.devices)]
         self.busiest = tuple(d for d, load in enumerate(loads) if load >= max(loads) * (1 - EPS))
         self.total = limit.deterministic if self.deterministic else limit.until - time.monotonic()
         self.last_gain = self.clock()  # when the ordinary windows last shortened the schedule
         self.tail = False  # tail windows from the stall on (tail_stall)
+        self.began = self.clock()
+        self.drains = sorted(knobs.drain_at)  # the shares of the search's time at which drain windows are due
 
     def clock(self) -> float:
         """The search's progress: its work in deterministic mode, else the wall clock."""
@@ -178,8 +195,24 @@ class Search:
         """Pick a round's windows, solve them, and apply what they improve; False when applying it
         would run past the limit."""
         self.tail = self.tail or (self.orders and self.clock() - self.last_gain >= self.knobs.tail_stall * self.total)
-        placements = self.solve_round(self.pick_round())
-        return not placements or self.apply(placements)
+        drain = self.drain_window()
+        if drain is not None:
+            placements = self.solve_round([drain], self.knobs.drain_share * self.total, drain=True)
+        else:
+            placements = self.solve_round(self.pick_round())
+        return not placements or self.apply(placements, drain is not None)
+
+    def drain_window(self) -> Window | None:
+        """The drain window now due (``LnsSettings.drain_at``), if one is and it is small enough."""
+        due = False
+        while self.drains and self.clock() - self.began >= self.drains[0] * self.total:
+            self.drains.pop(0)
+            due = True
+        t0 = drain_starts(self.inc, self.microbatch_path, self.knobs) if due else None
+        if t0 is None:
+            return None
+        return make_window(self.inc, range(self.problem.devices), t0, self.inc.makespan, self.offload, self.orders,
+                           self.options.recompute)
 
     def pick_round(self) -> list[Window]:
         """One tail window (after the stall), else up to ``batch`` pairwise independent windows."""
@@ -200,10 +233,13 @@ class Search:
                 windows.append(window)
         return windows
 
-    def solve_round(self, windows: list[Window]) -> list[tuple[Window, list]]:
-        """Solve each window within its limit; the placements that improve their window."""
+    def solve_round(self, windows: list[Window], seconds: float | None = None,
+                    drain: bool = False) -> list[tuple[Window, list]]:
+        """Solve each window within its limit (``seconds``, else the tail's or an ordinary window's);
+        the placements that improve their window. ``drain``: the windows are drain windows."""
         knobs, result, limit = self.knobs, self.result, self.limit
-        seconds = knobs.tail_seconds if self.tail else knobs.window_seconds
+        if seconds is None:
+            seconds = knobs.tail_seconds if self.tail else knobs.window_seconds
         placements = []
         for window in windows:
             if self.out_of_time():
@@ -221,11 +257,13 @@ class Search:
             self.spent += answer.work + knobs.window_overhead
             result.by_clock = result.by_clock or (self.deterministic and (answer.by_clock or answer.abandoned))
             result.windows += 1
-            result.tail_windows += self.tail
+            result.tail_windows += self.tail and not drain
+            result.drain_windows += drain
             result.sizes.append(window.size)
             self.progress.detail(f"({result.windows} windows of ~{window.size} ops, {result.improved} better)")
             result.interrupted = result.interrupted or answer.interrupted
-            self.resize(answer.status)
+            if not drain:
+                self.resize(answer.status)
             if result.interrupted:
                 break
             if not answer.status.solved:
@@ -247,7 +285,7 @@ class Search:
         elif not self.tail:
             self.size = max(knobs.min_size, int(self.size * 0.8))
 
-    def apply(self, placements: list[tuple[Window, list]]) -> bool:
+    def apply(self, placements: list[tuple[Window, list]], drain: bool = False) -> bool:
         """Compose the round's placements, re-time and check once; keep the result when better. False
         (nothing done) when that would run past the limit."""
         result, inc = self.result, self.inc
@@ -263,7 +301,8 @@ class Search:
             self.inc = Incumbent(better)
             result.best = better
             result.improved += 1
-            result.tail_improved += self.tail
+            result.tail_improved += self.tail and not drain
+            result.drain_improved += drain
             self.progress.update(incumbent=self.scaling.time(better.makespan, tolerance=1e-3))
             self.progress.detail(f"({result.windows} windows of ~{self.size} ops, {result.improved} better)")
         self.applying = time.monotonic() - began
