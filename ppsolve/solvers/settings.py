@@ -111,9 +111,9 @@ class LnsSettings:
     # time (a window of that size needs tens of seconds), and only where it frees at most drain_max_ops
     # ops. Unlike tail windows they run on schedules with transfers too (their ops keep their times; a
     # window that ends at the makespan has nothing after it). From 100 s solves (2 threads) one such
-    # window of 60 s shortened the 8B-like v = 2 problem at 21 GiB 5507.60 -> 5448.02 and the 13B-like
-    # v = 2 problem at 15 GiB 3802.56 -> 3776.73, where 20 s found nothing and 3779.74, and a window that
-    # reached further back on the busiest device nothing (docs/solver.md)
+    # window of 60 s shortened the 8B-like v = 2 problem at 21 GiB 5507.60 -> 5448.02 (in 20 s: nothing)
+    # and the 13B-like v = 2 problem at 15 GiB 3802.56 -> 3776.73 (in 20 s: 3779.74); reaching further
+    # back on the busiest device, nothing (docs/solver.md)
     drain_at: tuple[float, ...] = (0.4,)
     drain_share: float = 0.2
     drain_span: float = 1.25
