@@ -102,8 +102,7 @@ def pick_tail(inc: Incumbent, rng: random.Random, path: float, busiest: tuple[in
     H = inc.makespan
     for _ in range(60):  # 0.9 ** 60 < 0.002
         t0 = {d: H - span - (back if d in busiest else 0.0) for d in range(inc.problem.devices)}
-        count = sum(len(starts) - bisect_left(starts, t0[d]) for d, starts in enumerate(inc.compute_starts))
-        if count <= settings.tail_max_ops:
+        if compute_ops_from(inc, t0) <= settings.tail_max_ops:
             break
         span, back = 0.9 * span, 0.9 * back
     return t0
@@ -113,8 +112,12 @@ def drain_starts(inc: Incumbent, path: float, settings: LnsSettings = LnsSetting
     """Where a drain window starts on every device: ``drain_span`` times ``path`` (one microbatch's critical
     path) before the end; None when that frees more than ``drain_max_ops`` compute ops (``settings``)."""
     t0 = max(0.0, inc.makespan - settings.drain_span * path)
-    count = sum(len(starts) - bisect_left(starts, t0) for starts in inc.compute_starts)
-    return t0 if count <= settings.drain_max_ops else None
+    return t0 if compute_ops_from(inc, dict.fromkeys(range(inc.problem.devices), t0)) <= settings.drain_max_ops else None
+
+
+def compute_ops_from(inc: Incumbent, t0: dict[int, float]) -> int:
+    """How many compute ops of the incumbent start at or after their device's ``t0``."""
+    return sum(len(starts) - bisect_left(starts, t0[d]) for d, starts in enumerate(inc.compute_starts))
 
 
 def as_runtime_runs(problem: Problem, start: Schedule) -> Schedule:
