@@ -424,7 +424,8 @@ def _finish(run: Run, schedule: Schedule, status: Status, lower: float, **extra)
         extra["neighbourhoods"] = {"windows": run.lns.windows, "improved": run.lns.improved,
                                    "solved_to_optimality": run.lns.optimal, "tail_windows": run.lns.tail_windows,
                                    "tail_improved": run.lns.tail_improved, "drain_windows": run.lns.drain_windows,
-                                   "drain_improved": run.lns.drain_improved}
+                                   "drain_improved": run.lns.drain_improved, "refits": run.lns.refits,
+                                   "refits_improved": run.lns.refits_improved}
     info = MethodInfo(o.solver, params, status.value, round(lower, 9), run.budget.elapsed(), extra)
     return Schedule(run.problem, info, schedule.ops)
 

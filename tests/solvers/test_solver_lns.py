@@ -9,7 +9,9 @@ import time
 import pytest
 
 from ppsolve.bounds import critical_path
+from ppsolve.baselines.families.recompute import fit_by_recompute
 from ppsolve.checker import check
+from ppsolve.ops import OpKind
 from ppsolve.schedule import make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, phases, solve
@@ -19,9 +21,10 @@ from ppsolve.solvers.cpsat import backend
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
 from ppsolve.solvers.search import lns
+from ppsolve.solvers.search.refit import RefitVariant, refit, refittable
 from ppsolve.solvers.search.window import Incumbent, compose, make_window
 from ppsolve.solvers.settings import LnsSettings, PhaseSettings, Settings
-from ppsolve.solvers.warm_start.plans import serial_orders
+from ppsolve.solvers.warm_start.plans import limited_1f1b_orders, serial_orders
 from tests.helpers import make_problem
 
 OFFLOAD = {"fraction": 1, "bandwidth": {"d2h": 0.5, "h2d": 0.5}, "links": [[0, 1], [2, 3]]}
@@ -509,3 +512,64 @@ def test_a_round_that_is_not_better_is_tried_again_with_its_shorter_paths_alone(
     better = lns.accept(problem, inc, placements)
     assert calls == [[same, shorter], [shorter]]
     assert better is not None and better.makespan < H and check(better).ok
+
+
+RECOMPUTE = {"keep": 0.1, "time": [2, 3, 3, 4]}
+
+
+def _recomputing(problem):
+    """1F1B fitted to the cap by recomputes alone (offload left out)."""
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    fitted, timed = fit_by_recompute(problem.replace(offload=None), orders)
+    return make_schedule(problem, simulate(problem, fitted), "recompute")
+
+
+def _compute_orders(schedule):
+    return [[op.op for op in sorted(schedule.ops, key=lambda o: o.start)
+             if op.device == d and op.kind in (OpKind.F, OpKind.B, OpKind.W)] for d in range(schedule.problem.devices)]
+
+
+def _recomputes(schedule):
+    return sum(op.kind is OpKind.R for op in schedule.ops)
+
+
+def test_a_refit_keeps_the_compute_orders_and_trades_recomputes_for_transfers():
+    problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
+    start = _recomputing(problem)
+    assert refittable(start) and _recomputes(start) > 0 and not start.offloaded
+    fitted = refit(start)
+    assert fitted is not None and check(fitted).ok
+    assert _compute_orders(fitted) == _compute_orders(start)
+    assert _recomputes(fitted) < _recomputes(start) and fitted.offloaded > 0
+    # without offload, or without a recompute to trade, there is nothing to refit
+    assert not refittable(_recomputing(_problem(None, capacity=3.0, recompute=RECOMPUTE)))
+    assert not refittable(_serial(problem))
+
+
+def test_a_stalled_search_restarts_from_refits_of_its_best_and_keeps_the_best(checked_incumbents):
+    """No window improves (none is solved): at each stall the search goes on from a refit of its best,
+    the next variant each time as the best does not change, then no more; the best stays the start."""
+    problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
+    start = _recomputing(problem)
+    knobs = LnsSettings(refit_stall=1e-9, drain_at=())
+    seen, result, _ = _record_windows(problem, start, 6, knobs, offload=True)
+    refits = [refit(start, RefitVariant(*variant)) for variant in knobs.refit_variants]
+    assert result.refits == sum(r is not None for r in refits) >= 1
+    assert [s.makespan for s in checked_incumbents[1:]] == [r.makespan for r in refits if r is not None]
+    assert result.best is start or result.best.makespan < start.makespan
+    assert result.refits_improved == 0
+    # the first window is drawn on the start, the next on the first refit, which offloads
+    assert not any(op.kind.is_transfer for op in seen[0].free)
+    assert any(op.kind.is_transfer for op in seen[1].free)
+
+
+def test_refits_in_a_search_keep_every_incumbent_valid_and_the_best_is_the_shortest(checked_incumbents):
+    problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
+    start = _recomputing(problem)
+    knobs = LnsSettings(refit_stall=0.05, drain_at=())
+    options = SolveOptions(time_limit=GUARD, threads=1, settings=Settings(lns=knobs))
+    budget = Budget(GUARD, deterministic=True)
+    result = lns.improve(problem, build_scaling(problem), options, budget, Progress(budget, "cpsat"), backend, start,
+                         Limit(time.monotonic() + GUARD, 4.0), True, 0.0)
+    assert result.refits >= 1 and check(result.best).ok
+    assert result.best.makespan == min(s.makespan for s in checked_incumbents) <= start.makespan

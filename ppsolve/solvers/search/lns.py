@@ -15,6 +15,11 @@ device from about one microbatch's critical path before the end to the end, and 
 the time. Time slices of the ordinary size cannot rearrange the last microbatches of every device at
 once, which is what the drain of a pipeline needs.
 
+Refits (``LnsSettings.refit_*``): once the windows stall, the search goes on from its best schedule
+with the levers fitted again (:mod:`ppsolve.solvers.search.refit`), which windows cannot change where
+a microbatch's F and B lie far apart. The refitted schedule starts longer than the best; the best is
+kept until the search from it overtakes it.
+
 A window is sized to hold about ``size`` free ops: the size grows while windows are solved to
 optimality within their limit and shrinks when they are not. Re-timing and checking the whole
 schedule cost more than a window on large problems, so a round solves several windows that do
@@ -38,6 +43,7 @@ from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions, Status
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
+from ppsolve.solvers.search.refit import RefitVariant, refit, refittable
 from ppsolve.solvers.search.window import Incumbent, Window, compose, make_window
 from ppsolve.solvers.settings import LnsSettings
 from ppsolve.tolerance import EPS
@@ -58,6 +64,8 @@ class LnsResult:
     tail_improved: int = 0
     drain_windows: int = 0  # of ``windows``, those over every device's end (LnsSettings.drain_at)
     drain_improved: int = 0
+    refits: int = 0  # restarts from a refit of the best schedule (LnsSettings.refit_stall)
+    refits_improved: int = 0  # of those, the restarts whose search overtook the best schedule
 
 
 def _flow(schedule: Schedule) -> float:
@@ -144,7 +152,7 @@ def improve(problem: Problem, scaling: Scaling, options: SolveOptions, budget: B
     re-times and checks the result once, and keeps it when it is better than the incumbent.
     """
     search = Search(problem, scaling, options, budget, progress, backend, start, limit, offload)
-    while search.inc.makespan > lower_bound * (1 + EPS) and not search.out_of_time() and not search.result.interrupted:
+    while search.result.best.makespan > lower_bound * (1 + EPS) and not search.out_of_time() and not search.result.interrupted:
         if not search.round():
             break  # re-timing and checking the round would run past the limit
     return search.result
@@ -181,6 +189,9 @@ class Search:
         self.tail = False  # tail windows from the stall on (tail_stall)
         self.began = self.clock()
         self.drains = sorted(knobs.drain_at)  # the shares of the search's time at which drain windows are due
+        self.refit_base: Schedule | None = None  # the schedule the last refit came from
+        self.tried: dict[int, tuple[Schedule, int]] = {}  # id(schedule) -> (it, how many refit variants were tried on it)
+        self.refits = offload and options.recompute and knobs.refit_stall > 0
 
     def clock(self) -> float:
         """The search's progress: its work in deterministic mode, else the wall clock."""
@@ -198,12 +209,48 @@ class Search:
         """Pick a round's windows, solve them, and apply what they improve; False when applying it
         would run past the limit."""
         self.tail = self.tail or (self.orders and self.clock() - self.last_gain >= self.knobs.tail_stall * self.total)
+        if self.refit_due():
+            self.restart()
         drain = self.drain_window()
         if drain is not None:
             placements = self.solve_round([drain], self.knobs.drain_share * self.total, drain=True)
         else:
             placements = self.solve_round(self.pick_round())
         return not placements or self.apply(placements, drain is not None)
+
+    def refit_due(self) -> bool:
+        """Whether the windows have stalled (``LnsSettings.refit_stall``) with room left for a restart."""
+        knobs, now = self.knobs, self.clock()
+        return (self.refits and now - self.last_gain >= knobs.refit_stall * self.total
+                and now - self.began <= (1 - knobs.refit_room) * self.total and refittable(self.inc.schedule))
+
+    def restart(self) -> None:
+        """Go on from a refit (``LnsSettings.refit_variants``, each tried once on a schedule): of the
+        incumbent, the search's current line, which may be longer than its best; where every variant was
+        tried on it (a refit's own schedule counts as tried: the windows must move it first), of the
+        schedule the last refit came from; else of the best; else no more refits."""
+        variants = self.knobs.refit_variants
+        self.last_gain = self.clock()  # the windows get refit_stall of the time from here
+        for base in (self.inc.schedule, self.refit_base, self.result.best):
+            done = self.tried.get(id(base), (base, 0))[1] if base is not None else len(variants)
+            if done < len(variants):
+                break
+        else:
+            self.refits = False
+            return
+        self.tried[id(base)] = (base, done + 1)
+        self.spent += self.knobs.refit_work
+        fitted = refit(base, RefitVariant(*variants[done]))
+        self.refit_base = base
+        if fitted is None:
+            return
+        self.tried[id(fitted)] = (fitted, len(variants))
+        self.inc = Incumbent(fitted)
+        self.result.refits += 1
+        self.progress.detail(f"(refit {self.result.refits}: {fitted.makespan:g} from {base.makespan:g})")
+        if fitted.makespan < self.result.best.makespan - EPS:
+            self.result.best = fitted
+            self.progress.update(incumbent=self.scaling.time(fitted.makespan, tolerance=1e-3))
 
     def drain_window(self) -> Window | None:
         """The drain window now due (``LnsSettings.drain_at``), if one is and it is small enough."""
@@ -301,12 +348,14 @@ class Search:
         if better is not None:
             if better.makespan < inc.makespan - EPS and not self.tail:
                 self.last_gain = self.clock()
+            if inc.schedule is result.best or better.makespan < result.best.makespan - EPS:
+                result.refits_improved += inc.schedule is not result.best  # a restart overtakes the best
+                result.best = better
+                self.progress.update(incumbent=self.scaling.time(better.makespan, tolerance=1e-3))
             self.inc = Incumbent(better)
-            result.best = better
             result.improved += 1
             result.tail_improved += self.tail and not drain
             result.drain_improved += drain
-            self.progress.update(incumbent=self.scaling.time(better.makespan, tolerance=1e-3))
             self.progress.detail(f"({result.windows} windows of ~{self.size} ops, {result.improved} better)")
         self.applying = time.monotonic() - began
         return True
