@@ -119,12 +119,14 @@ class LnsSettings:
     drain_span: float = 1.25
     drain_max_ops: int = 400
     # Refits (problems that may recompute and offload, under a cap): once the windows have not shortened
-    # the schedule for refit_stall of the search's time, and at least refit_room of it is left, the search
-    # goes on from its best schedule with the levers fitted again (``ppsolve.solvers.search.refit``: the
+    # the incumbent for refit_stall of the search's time, and at least refit_room of it is left, the search
+    # goes on from the incumbent with the levers fitted again (``ppsolve.solvers.search.refit``: the
     # compute orders kept, recomputes to each cap raised by a share of an activation, offload for the
-    # rest), the next of refit_variants (share, gap, prefer) when the best has not changed since the last
-    # refit. Windows cannot change the lever of a microbatch whose F and B lie further apart than they
-    # reach; a refit trades recomputes of the busiest devices for transfers (docs/solver.md)
+    # rest); where the incumbent has not moved since the last refit, from the schedule that refit came
+    # from with the next of refit_variants (share, gap, prefer), then from the best. Windows cannot change
+    # the lever of a microbatch whose F and B lie further apart than they reach; a refit trades recomputes
+    # of the busiest devices for transfers. 300 s solves of the 13B-like linear problem at 11 GiB: 4128.23
+    # with refit_stall 0.05, 4153.86 with 0.1, 4187.29 without (docs/solver.md)
     refit_stall: float = 0.05
     refit_room: float = 0.25
     refit_variants: tuple[tuple[float, int, str], ...] = ((0.25, 2, "longest"), (0.25, 1, "longest"),

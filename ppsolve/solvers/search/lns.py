@@ -15,10 +15,10 @@ device from about one microbatch's critical path before the end to the end, and 
 the time. Time slices of the ordinary size cannot rearrange the last microbatches of every device at
 once, which is what the drain of a pipeline needs.
 
-Refits (``LnsSettings.refit_*``): once the windows stall, the search goes on from its best schedule
+Refits (``LnsSettings.refit_*``): once the windows stall, the search goes on from its incumbent
 with the levers fitted again (:mod:`ppsolve.solvers.search.refit`), which windows cannot change where
-a microbatch's F and B lie far apart. The refitted schedule starts longer than the best; the best is
-kept until the search from it overtakes it.
+a microbatch's F and B lie far apart. The refitted schedule often starts longer than the best, which
+is kept apart until the search from the refit overtakes it.
 
 A window is sized to hold about ``size`` free ops: the size grows while windows are solved to
 optimality within their limit and shrinks when they are not. Re-timing and checking the whole
@@ -64,8 +64,8 @@ class LnsResult:
     tail_improved: int = 0
     drain_windows: int = 0  # of ``windows``, those over every device's end (LnsSettings.drain_at)
     drain_improved: int = 0
-    refits: int = 0  # restarts from a refit of the best schedule (LnsSettings.refit_stall)
-    refits_improved: int = 0  # of those, the restarts whose search overtook the best schedule
+    refits: int = 0  # restarts from a refit of a schedule of the search (LnsSettings.refit_stall)
+    refits_improved: int = 0  # times the search from a refit overtook the best schedule
 
 
 def _flow(schedule: Schedule) -> float:

@@ -7,8 +7,8 @@ with, and a device that recomputes most of its activations stays as busy as its 
 A refit keeps each device's order of F, B and W, drops every R and transfer, and fits the levers
 again with both (:func:`~ppsolve.solvers.warm_start.plans.fit_by_both`): recomputes until each cap
 raised by a share of a largest activation holds, then offload for the rest. That trades a few
-recomputes of the busiest devices for transfers. The refitted schedule is longer than the one it came
-from (it is timed as a plan, not as the search left it); the search goes on from it
+recomputes of the busiest devices for transfers. The refitted schedule is often longer than the one it
+came from (it is timed as a plan, not as the search left it); the search goes on from it
 (:mod:`ppsolve.solvers.search.lns`), which needs the time of a restart.
 """
 
