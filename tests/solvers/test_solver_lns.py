@@ -541,6 +541,7 @@ def test_a_refit_keeps_the_compute_orders_and_trades_recomputes_for_transfers():
     assert fitted is not None and check(fitted).ok
     assert _compute_orders(fitted) == _compute_orders(start)
     assert _recomputes(fitted) < _recomputes(start) and fitted.offloaded > 0
+    assert refit(fitted) is None  # fitted again it recomputes no less
     # without offload, or without a recompute to trade, there is nothing to refit
     assert not refittable(_recomputing(_problem(None, capacity=3.0, recompute=RECOMPUTE)))
     assert not refittable(_serial(problem))
@@ -573,3 +574,24 @@ def test_refits_in_a_search_keep_every_incumbent_valid_and_the_best_is_the_short
                          Limit(time.monotonic() + GUARD, 4.0), True, 0.0)
     assert result.refits >= 1 and check(result.best).ok
     assert result.best.makespan == min(s.makespan for s in checked_incumbents) <= start.makespan
+
+
+def test_a_line_from_a_refit_replaces_the_best_only_when_it_overtakes_it(monkeypatch):
+    """While the incumbent is a refit's line, a better schedule of that line becomes the incumbent, and the
+    best only once it is shorter than the best."""
+    problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
+    base = _recomputing(problem)
+
+    def later(by):
+        return make_schedule(problem, [op._replace(start=op.start + by, end=op.end + by) for op in base.ops], "x")
+
+    best, line, still_longer = later(1.0), later(2.0), later(1.5)
+    budget = Budget(60, deterministic=True)
+    search = lns.Search(problem, build_scaling(problem), SolveOptions(time_limit=60, threads=1), budget,
+                        Progress(budget, "cpsat"), backend, best, budget.search(1.0), True)
+    search.inc = Incumbent(line)
+    for found, expected_best in ((still_longer, best), (base, base)):
+        monkeypatch.setattr(lns, "accept", lambda *args, found=found: found)
+        assert search.apply([])
+        assert search.inc.schedule is found and search.result.best is expected_best
+    assert search.result.refits_improved == 1 and search.result.improved == 2
