@@ -232,7 +232,7 @@ class Search:
         variants = self.knobs.refit_variants
         self.last_gain = self.clock()  # the windows get refit_stall of the time from here
         for base in (self.inc.schedule, self.refit_base, self.result.best):
-            done = self.tried.get(id(base), (base, 0))[1] if base is not None else len(variants)
+            done = len(variants) if base is None else self.tried.get(id(base), (base, 0))[1]
             if done < len(variants):
                 break
         else:

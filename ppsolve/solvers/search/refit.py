@@ -39,7 +39,7 @@ def refittable(schedule: Schedule) -> bool:
     offload, and a schedule that recomputes something."""
     p = schedule.problem
     return (p.can_recompute and p.can_offload and any(c is not None for c in p.capacity)
-            and any(op.kind is OpKind.R for op in schedule.ops))
+            and schedule.recomputed > 0)
 
 
 def refit(schedule: Schedule, variant: RefitVariant = RefitVariant()) -> Schedule | None:
@@ -53,7 +53,6 @@ def refit(schedule: Schedule, variant: RefitVariant = RefitVariant()) -> Schedul
         fitted = make_schedule(p, plan.time(p), schedule.method.name)
     except PpsolveError:
         return None
-    recomputes = sum(op.kind is OpKind.R for op in fitted.ops)
-    if recomputes >= sum(op.kind is OpKind.R for op in schedule.ops) or not check(fitted).ok:
+    if fitted.recomputed >= schedule.recomputed or not check(fitted).ok:
         return None
     return fitted
