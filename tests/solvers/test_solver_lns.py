@@ -595,3 +595,20 @@ def test_a_line_from_a_refit_replaces_the_best_only_when_it_overtakes_it(monkeyp
         assert search.apply([])
         assert search.inc.schedule is found and search.result.best is expected_best
     assert search.result.refits_improved == 1 and search.result.improved == 2
+
+
+@pytest.mark.parametrize("longer, taken", [(0.02, True), (0.05, False)], ids=["within-slack", "beyond-slack"])
+def test_a_refit_longer_than_its_base_beyond_the_slack_is_not_gone_on_from(monkeypatch, checked_incumbents,
+                                                                           longer, taken):
+    """A stalled search goes on from a refit only where it starts at most refit_slack longer than the
+    schedule it came from (here every refit is ``longer`` times the start's makespan later)."""
+    problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
+    start = _recomputing(problem)
+    shift = longer * start.makespan
+    stretched = make_schedule(problem, [op._replace(start=op.start + shift, end=op.end + shift)
+                                        for op in refit(start).ops], "refit")
+    monkeypatch.setattr(lns, "refit", lambda schedule, variant: stretched)
+    knobs = LnsSettings(refit_stall=1e-9, drain_at=(), refit_slack=0.025)
+    _, result, _ = _record_windows(problem, start, 6, knobs, offload=True)
+    assert result.refits == (len(knobs.refit_variants) if taken else 0)  # each variant once on the start
+    assert (stretched in checked_incumbents) is taken and result.best is start

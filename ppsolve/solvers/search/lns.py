@@ -228,7 +228,8 @@ class Search:
         """Go on from a refit (``LnsSettings.refit_variants``, each tried once on a schedule): of the
         incumbent, the search's current line, which may be longer than its best; where every variant was
         tried on it (a refit's own schedule counts as tried: the windows must move it first), of the
-        schedule the last refit came from; else of the best; else no more refits."""
+        schedule the last refit came from; else of the best; else no more refits. A refit longer than
+        its base by more than ``LnsSettings.refit_slack`` is not gone on from (counted as tried)."""
         variants = self.knobs.refit_variants
         self.last_gain = self.clock()  # the windows get refit_stall of the time from here
         for base in (self.inc.schedule, self.refit_base, self.result.best):
@@ -242,7 +243,7 @@ class Search:
         self.spent += self.knobs.refit_work
         fitted = refit(base, RefitVariant(*variants[done]))
         self.refit_base = base
-        if fitted is None:
+        if fitted is None or fitted.makespan > base.makespan * (1 + self.knobs.refit_slack) + EPS:
             return
         self.tried[id(fitted)] = (fitted, len(variants))
         self.inc = Incumbent(fitted)
