@@ -130,10 +130,10 @@ class LnsSettings:
     refit_stall: float = 0.05
     refit_room: float = 0.25
     # A refit that starts more than this share longer than the schedule it came from is not gone on from:
-    # its line needs the time it is behind to catch up. 300 s solves (2 threads): on the 13B-like linear
-    # problem at 11 GiB the lines from refits 0.4 % and 2.2-2.3 % longer overtook the best, from 3.1 % and
-    # 3.3 % longer not; on the 13B-like v = 2 problem at 15 GiB a refit 5.8 % longer, 104 s before the
-    # end, never came back (3773.03, against 3765.32 in a run without a refit: docs/solver.md)
+    # its line needs the time it is behind to catch up. Traced 300 s solves (2 threads) of the 13B-like
+    # linear problem at 11 GiB: the lines from refits 0.4-2.3 % longer overtook the best in six of eight
+    # cases, from 3.1 % and 3.3 % longer in neither; on the 13B-like v = 2 problem at 15 GiB a refit 5.8 %
+    # longer, 104 s before the end, never came back (docs/solver.md)
     refit_slack: float = 0.025
     refit_variants: tuple[tuple[float, int, str], ...] = ((0.25, 2, "longest"), (0.25, 1, "longest"),
                                                           (0.25, 2, "hidden"))
