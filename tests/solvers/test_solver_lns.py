@@ -533,6 +533,12 @@ def _recomputes(schedule):
     return sum(op.kind is OpKind.R for op in schedule.ops)
 
 
+def _shifted(schedule, by):
+    """``schedule`` with every op ``by`` later (a longer schedule with the same orders and levers)."""
+    return make_schedule(schedule.problem, [op._replace(start=op.start + by, end=op.end + by) for op in schedule.ops],
+                         schedule.method.name)
+
+
 def test_a_refit_keeps_the_compute_orders_and_trades_recomputes_for_transfers():
     problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
     start = _recomputing(problem)
@@ -581,11 +587,7 @@ def test_a_line_from_a_refit_replaces_the_best_only_when_it_overtakes_it(monkeyp
     best only once it is shorter than the best."""
     problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
     base = _recomputing(problem)
-
-    def later(by):
-        return make_schedule(problem, [op._replace(start=op.start + by, end=op.end + by) for op in base.ops], "x")
-
-    best, line, still_longer = later(1.0), later(2.0), later(1.5)
+    best, line, still_longer = _shifted(base, 1.0), _shifted(base, 2.0), _shifted(base, 1.5)
     budget = Budget(60, deterministic=True)
     search = lns.Search(problem, build_scaling(problem), SolveOptions(time_limit=60, threads=1), budget,
                         Progress(budget, "cpsat"), backend, best, budget.search(1.0), True)
@@ -604,9 +606,7 @@ def test_a_refit_longer_than_its_base_beyond_the_slack_is_not_gone_on_from(monke
     schedule it came from (here every refit is ``longer`` times the start's makespan later)."""
     problem = _problem(OFFLOAD, capacity=3.0, recompute=RECOMPUTE)
     start = _recomputing(problem)
-    shift = longer * start.makespan
-    stretched = make_schedule(problem, [op._replace(start=op.start + shift, end=op.end + shift)
-                                        for op in refit(start).ops], "refit")
+    stretched = _shifted(refit(start), longer * start.makespan)
     monkeypatch.setattr(lns, "refit", lambda schedule, variant: stretched)
     knobs = LnsSettings(refit_stall=1e-9, drain_at=(), refit_slack=0.025)
     _, result, _ = _record_windows(problem, start, 6, knobs, offload=True)
