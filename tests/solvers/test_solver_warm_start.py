@@ -8,7 +8,7 @@ import pytest
 
 from ppsolve import baselines, methods
 from ppsolve.baselines.common import with_recompute
-from ppsolve.baselines.engines.offload_fit import fit_by_offload
+from ppsolve.baselines.engines.offload_fit import fit_by_offload, link_first
 from ppsolve.baselines.families.recompute import fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.errors import InputError, NotApplicableError, PpsolveError
@@ -20,7 +20,8 @@ from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.settings import PhaseSettings, Settings
 from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
-from ppsolve.solvers.warm_start.plans import fit_by_both, limited_1f1b_orders, list_plan, serial_orders
+from ppsolve.solvers.warm_start.plans import (fit_by_both, fit_link_first, limited_1f1b_orders, list_plan,
+                                              serial_orders)
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 
@@ -187,13 +188,13 @@ def test_on_the_bundled_realistic_problems_both_levers_start_no_worse_than_eithe
         assert not singles or both.makespan <= min(singles) + 1e-9
 
 
-def _long_pipeline(capacity):
+def _long_pipeline(capacity, microbatches=16, **link):
     # 13B-like figures (ms, GiB) on 8 devices: 1F1B holds 8, 7, 6, ... activations of 3.34 on devices 0, 1, 2, ...;
     # an R costs a forward, and the link moves a whole activation in 170 ms each way
-    return make_problem(devices=8, microbatches=16, backward="split", time_forward=33.4, time_backward_input=37.3,
-                        time_backward_weight=29.5, time_p2p=0.1, memory_activation=3.34, memory_weight_hold=3.14,
-                        memory_capacity=capacity, offload={"bandwidth": {"d2h": 0.0196, "h2d": 0.0196}},
-                        recompute={"keep": 0.2})
+    return make_problem(devices=8, microbatches=microbatches, backward="split", time_forward=33.4,
+                        time_backward_input=37.3, time_backward_weight=29.5, time_p2p=0.1, memory_activation=3.34,
+                        memory_weight_hold=3.14, memory_capacity=capacity,
+                        offload={"bandwidth": {"d2h": 0.0196, "h2d": 0.0196}, **link}, recompute={"keep": 0.2})
 
 
 def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
@@ -215,6 +216,58 @@ def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
     assert len(recomputed) < sum(op.kind is OpKind.R for op in alone)
     assert best_warm_start(problem, mixed=True).makespan <= mixed.makespan + 1e-9
     assert best_warm_start(problem).makespan > mixed.makespan  # off by default (PhaseSettings.mixed_plans)
+
+
+def test_link_first_takes_whole_activations_the_idle_link_moves_at_once():
+    # 1F1B on the long pipeline at 11 GiB: device 0 holds 8 microbatches through round trips longer than both
+    # transfers. The pairs taken start their OFFLOAD right at their F's end, one at a time on the device's d2h
+    # lane, and come back well within their round trip; nothing qualifies when the margin asks for more
+    problem = _long_pipeline(11, microbatches=24)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    _, timing = fit_by_recompute(problem.replace(offload=None), orders)
+    taken = link_first(problem, timing, 0.3)
+    assert taken and all(amount == problem.max_offload(*pair) for pair, amount in taken.items())
+    ends = {(op.kind, op.stage, op.microbatch): op for op in timing}
+    move = 2 * 3.34 / 0.0196
+    for device in {problem.placement[s] for s, _ in taken}:
+        mine = sorted(ends[(OpKind.F, *pair)].end for pair in taken if problem.placement[pair[0]] == device)
+        assert all(b - a >= 3.34 / 0.0196 - 1e-6 for a, b in zip(mine, mine[1:]))  # one offload at a time
+    for pair in taken:
+        assert ends[(OpKind.B, *pair)].start - ends[(OpKind.F, *pair)].end >= 1.3 * move - 1e-6
+    assert link_first(problem, timing, 100.0) == {}
+
+
+def test_whole_offloads_first_beat_the_other_fits_on_a_long_pipeline():
+    # the same pipeline: fitted with whole offloads first it recomputes less and ends sooner than recompute
+    # alone and than recompute first (fit_by_both); the warm start finds it by default
+    problem = _long_pipeline(11, microbatches=24)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    plan = fit_link_first(problem, orders, 0.3, gap=4)
+    whole = make_schedule(problem, plan.time(problem), "whole-first")
+    assert check(whole).ok and plan.amounts
+    _, alone = fit_by_recompute(problem.replace(offload=None), orders)
+    both = make_schedule(problem, fit_by_both(problem, orders, 0.25).time(problem), "both")
+    assert whole.recomputed < sum(op.kind is OpKind.R for op in alone)
+    assert whole.makespan < both.makespan - 10 and both.makespan < max(op.end for op in alone)
+    warm = best_warm_start(problem)
+    assert "+offload-whole-" in warm.method.name and warm.makespan <= whole.makespan + 1e-9
+
+
+@pytest.mark.parametrize("link", [{"duplex": False}, {"links": [[0, 1], [2, 3], [4, 5], [6, 7]]}])
+def test_whole_offloads_first_keep_to_shared_and_half_duplex_links(link):
+    # a link that carries one transfer at a time, or one that two devices share: the plan still checks
+    problem = _long_pipeline(11, microbatches=24, **link)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    plan = fit_link_first(problem, orders, 0.0, gap=4)
+    schedule = make_schedule(problem, plan.time(problem), "whole-first")
+    assert plan.amounts and check(schedule).ok
+
+
+def test_whole_offloads_first_need_a_lever_to_trade():
+    problem = _long_pipeline(40)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    with pytest.raises(NotApplicableError):
+        fit_link_first(problem, orders, 0.3)
 
 
 def test_each_fit_leaves_the_other_levers_pairs_alone():

@@ -17,11 +17,14 @@ cap binds by a few activations, a faster plan keeps most of each activation and 
 * :func:`selective_offload` fits the list scheduler's orders made with each device's cap raised
   by a few activations (more microbatches in flight, the excess offloaded);
   :func:`selective_offload_plans` lists them for the warm start.
+* :func:`link_first` picks, on a timed plan, the pairs whose whole activation the host link can
+  move at once: where a device holds many microbatches through long round trips, an activation on
+  the host holds memory only while it moves, so the link's time is best spent on whole ones.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 from ppsolve.baselines.common import over_capacity
 from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
@@ -219,3 +222,65 @@ def selective_offload_plans(problem: Problem) -> Iterator[tuple[str, Callable[[]
             for prefer in ("BFW", "FBW"):
                 yield (f"greedy-{prefer}-cap+{times:g}act+offload-gap{gap}",
                        lambda a=(times, prefer, gap): selective_offload(problem, *a))
+
+
+def link_first(problem: Problem, timing: Sequence[ScheduledOp], margin: float = 0.0,
+               devices: Collection[int] | None = None) -> dict[Pair, float]:
+    """Pairs of ``devices`` (None: every capped device) to offload whole, chosen on ``timing`` (a plan's
+    compute ops, timed), and their amounts.
+
+    In the order their F ends, a pair is taken when its lane of the host link is free at that
+    instant (the OFFLOAD starts right after its F: one that waits holds the whole activation
+    meanwhile) and its B starts at least both transfers and ``margin`` times their sum after its F
+    ends. Then, latest B first, each taken pair's RELOAD is placed as late as its lane allows,
+    ending by its B; a pair whose RELOAD would start before its OFFLOAD ends is dropped. Lanes
+    follow the links (shared by the devices of a link; one lane for both ways where a link is
+    not duplex)."""
+    if not problem.can_offload:
+        return {}
+    forward, backward = {}, {}
+    for op in timing:
+        if op.kind is _F:
+            forward[(op.stage, op.microbatch)] = op
+        elif op.kind is _B:
+            backward[(op.stage, op.microbatch)] = op
+    busy: dict[int, list[tuple[float, float]]] = {}  # lane -> (start, end) of the transfers placed on it
+    taken = []
+    for pair, f in sorted(forward.items(), key=lambda item: (item[1].end, item[0])):
+        amount = problem.max_offload(*pair)
+        if (amount <= 0 or pair not in backward or problem.capacity[f.device] is None
+                or (devices is not None and f.device not in devices)):
+            continue
+        down = problem.duration(_OFF, *pair, amount=amount)
+        up = problem.duration(_REL, *pair, amount=amount)
+        lane = problem.lane(f.device, _OFF)
+        if backward[pair].start - f.end < (down + up) * (1 + margin) - EPS or not _free(busy.get(lane, []), f.end, f.end + down):
+            continue
+        busy.setdefault(lane, []).append((f.end, f.end + down))
+        taken.append((pair, f.device, amount, f.end + down, up))
+    amounts = {}
+    for pair, device, amount, offloaded, up in sorted(taken, key=lambda t: (-backward[t[0]].start, t[0])):
+        lane = problem.lane(device, _REL)
+        start = _latest(busy.get(lane, []), backward[pair].start, up)
+        if start < offloaded - EPS:
+            continue
+        busy.setdefault(lane, []).append((start, start + up))
+        amounts[pair] = amount
+    return amounts
+
+
+def _free(intervals: list[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether [start, end) meets none of ``intervals``."""
+    return all(end <= a + EPS or start >= b - EPS for a, b in intervals)
+
+
+def _latest(intervals: list[tuple[float, float]], end: float, length: float) -> float:
+    """The latest start of a transfer of ``length`` ending by ``end`` that meets none of ``intervals``."""
+    start = end - length
+    for a, b in sorted(intervals, key=lambda i: -i[1]):
+        if b <= start + EPS:
+            break
+        if a < start + length - EPS:  # overlaps: move before it
+            start = min(start, a - length)
+    return start
+

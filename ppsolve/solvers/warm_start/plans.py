@@ -3,7 +3,7 @@
 Serial microbatches (valid for any placement), 1F1B limited to k in flight, the list
 scheduler's orders under other kind preferences, and, on capped problems, the same and the
 published orders with offloads or recomputes added where a device is over its cap, and with
-both (:func:`fit_by_both`).
+both (:func:`fit_by_both`, :func:`fit_link_first`).
 :func:`own_plans` lists them lazily, cheapest first; ``ppsolve.solvers.warm_start`` says
 which it tries and keeps.
 """
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from ppsolve.baselines.common import with_w_after_b
+from ppsolve.baselines.common import over_capacity, with_recompute, with_w_after_b
 from ppsolve.baselines.engines.listsched import ListPolicy, list_orders
-from ppsolve.baselines.engines.offload_fit import fit_by_offload, selective_offload_plans
+from ppsolve.baselines.engines.offload_fit import fit_by_offload, link_first, selective_offload_plans, with_amounts
 from ppsolve.baselines.engines.offload_pass import Plan
 from ppsolve.baselines.families.onef1b import onef1b_forward_backward
 from ppsolve.baselines.families.recompute import PREFER, fit_by_recompute
 from ppsolve.baselines.portfolio import built_baselines
-from ppsolve.errors import PpsolveError
+from ppsolve.errors import InfeasibleError, NotApplicableError, PpsolveError
 from ppsolve.method_types import RunOptions
+from ppsolve.memory import memory_curves
 from ppsolve.ops import Op, OpKind
 from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule
+from ppsolve.simulator import simulate
 from ppsolve.tolerance import exceeds
 
 
@@ -179,19 +181,113 @@ def fit_by_both(problem: Problem, orders: list[list[Op]], share: float, gap: int
     return plan
 
 
-def mixed_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
-    """Plans with both levers (:func:`fit_by_both`, each share in ``MIXED_SHARES`` and each way to pick
-    the recomputes) on 1F1B (linear) and
-    on every published order that applies, each built without the cap and with W right after B;
-    nothing unless the problem is capped and may both recompute and offload."""
-    if not (problem.can_recompute and problem.can_offload) or all(c is None for c in problem.capacity):
-        return
+def fit_link_first(problem: Problem, orders: list[list[Op]], margin: float, gap: int = 2,
+                   prefer: str = "longest") -> Plan:
+    """``orders`` (without levers) fitted to the caps with whole offloads first: timed with just enough
+    recomputes, the pairs of the devices that recompute there whose activation the link can move whole
+    at once (:func:`~ppsolve.baselines.engines.offload_fit.link_first`, ``margin``) are offloaded, each
+    forward waiting for the offloads of the forwards ``gap`` or more before it, and just enough of the
+    others recomputed (``prefer``) to fit. Where the plan, timed anew, holds more than a cap even with
+    every other pair recomputed, the offloaded pairs that hold memory at the first such instant are
+    kept instead (up to ``LINK_FIRST_REPAIRS`` times). NotApplicableError when nothing needs a lever,
+    InfeasibleError when the fit fails.
+
+    A device in front of a long pipeline under a tight cap holds many microbatches through long round
+    trips; :func:`fit_by_both` pays for them mostly with recomputes, while its host link stays idle. A
+    whole activation on the host holds memory only while it moves, however long its round trip
+    (llama13b-like, 8 x 32 at 11 GiB on 1F1B: device 0 recomputes 18 and offloads 14 whole, 4182.01,
+    against 27 recomputes and 4390.24 with recompute alone and 4252.74 by :func:`fit_by_both`)."""
+    _, timing = fit_by_recompute(problem.replace(offload=None), orders, prefer="longest")
+    recomputing = {op.device for op in timing if op.kind is OpKind.R}
+    if not recomputing:
+        raise NotApplicableError("the orders fit their caps without a lever")
+    timed = {op.op: op for op in timing if op.kind.is_compute}
+    amounts = link_first(problem, timing, margin, recomputing)
+    for _ in range(LINK_FIRST_REPAIRS):
+        plan = with_amounts(problem, orders, amounts, timed, 1.0, gap)
+        try:
+            fitted, _ = fit_by_recompute(problem, plan.orders, plan.waits, prefer, plan.amounts)
+            return Plan(fitted, plan.amounts, plan.waits, "link-first")
+        except InfeasibleError:
+            dropped = _held_over_cap(problem, plan)
+            if not dropped:
+                raise
+            amounts = {pair: amount for pair, amount in amounts.items() if pair not in dropped}
+    raise InfeasibleError("offloading whole activations first does not fit the caps")
+
+
+def _held_over_cap(problem: Problem, plan: Plan) -> set[tuple[int, int]]:
+    """The offloaded pairs of ``plan`` that hold memory (before their OFFLOAD ends or from their RELOAD's
+    start) at the first instant a device is over its cap with every other pair recomputed."""
+    others = {(op.stage, op.microbatch) for order in plan.orders for op in order
+              if op.kind is OpKind.B and (op.stage, op.microbatch) not in plan.amounts}
+    ops = simulate(problem, with_recompute(plan.orders, others), plan.amounts, plan.waits)
+    at = {(op.kind, op.stage, op.microbatch): op for op in ops}
+    last = OpKind.W if problem.split_backward else OpKind.B
+    curves = memory_curves(problem, ops)
+    held = set()
+    for device, _, cap in over_capacity(problem, ops):
+        t = next(t for t, level in curves[device] if exceeds(level, cap))
+        held |= {pair for pair in plan.amounts if problem.placement[pair[0]] == device
+                 and (at[(OpKind.F, *pair)].start <= t < at[(OpKind.OFFLOAD, *pair)].end
+                      or at[(OpKind.RELOAD, *pair)].start <= t < at[(last, *pair)].end)}
+    return held
+
+
+def mixed_orders(problem: Problem) -> list[tuple[str, Callable[[], list[list[Op]]]]]:
+    """(name, make orders) without levers that plans with both levers start from: 1F1B (linear) and
+    every published order that applies, each built without the cap and with W right after B."""
     base = problem.replace(offload=None, recompute=None)
     orders: list[tuple[str, Callable[[], list[list[Op]]]]] = []
     if problem.placement_name == "linear":
         orders.append(("1f1b", lambda: limited_1f1b_orders(base, problem.devices)))
     for name, made in published_over_cap(base):
         orders.append((f"{name}-w-after-b", lambda made=made: w_right_after_b(base, made)))
+    return orders
+
+
+def both_levers(problem: Problem) -> bool:
+    """Whether plans with both levers apply: a capped problem that may recompute and offload."""
+    return problem.can_recompute and problem.can_offload and any(c is not None for c in problem.capacity)
+
+
+def link_first_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
+    """Plans with whole offloads first (:func:`fit_link_first`, each margin in ``LINK_FIRST_MARGINS``, gap
+    in ``LINK_FIRST_GAPS`` and way to pick the recomputes) on the orders of :func:`mixed_orders`."""
+    if not both_levers(problem):
+        return
+    for name, make in mixed_orders(problem):
+        made: list = []
+
+        def orders(make=make, made=made) -> list[list[Op]]:  # built once for all the variants
+            if not made:
+                made.append(make())
+            return made[0]
+
+        for margin in LINK_FIRST_MARGINS:
+            for gap in LINK_FIRST_GAPS:
+                for prefer in PREFER:
+                    yield (f"{name}+offload-whole-m{margin:g}-gap{gap}+recompute-{prefer}",
+                           lambda orders=orders, a=(margin, gap, prefer): fit_link_first(problem, orders(), *a))
+
+
+# link-first plans: the least round trip of an offloaded pair beyond its two transfers (a share of their
+# sum), and how many forwards back a forward waits for an offload (on 1F1B of the 13B-like problems at 11
+# and 15 GiB, 8 back was as short as 3, 4, 6 or never with a margin of 0.3 and the shortest with none;
+# 2 back was longer on every long pipeline measured)
+LINK_FIRST_MARGINS = (0.3, 0.0)
+LINK_FIRST_GAPS = (8,)
+LINK_FIRST_REPAIRS = 20
+
+
+def mixed_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
+    """Plans with both levers (:func:`fit_by_both`, each share in ``MIXED_SHARES`` and each way to pick
+    the recomputes) on 1F1B (linear) and
+    on every published order that applies, each built without the cap and with W right after B;
+    nothing unless the problem is capped and may both recompute and offload."""
+    if not both_levers(problem):
+        return
+    orders = mixed_orders(problem)
     for share in MIXED_SHARES:
         for name, make in orders:
             for prefer in PREFER:
@@ -265,8 +361,9 @@ def recompute_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], list[l
 
 def own_plans(problem: Problem, mixed: bool = False) -> Iterator[tuple[str, Callable[[], list[list[Op]] | Plan]]]:
     """(name, make orders) of our own plans, lazily, cheapest and always valid first (serial); the last,
-    selective offload (:mod:`ppsolve.baselines.engines.offload_fit`) and, with ``mixed``, the plans with
-    both levers (:func:`mixed_plans`), make a Plan with its amounts and waits."""
+    selective offload (:mod:`ppsolve.baselines.engines.offload_fit`), whole offloads first
+    (:func:`link_first_plans`) and, with ``mixed``, the plans with both levers (:func:`mixed_plans`), make
+    a Plan with its amounts and waits."""
     yield "serial", lambda: serial_orders(problem)
     for prefer in ("BFW", "FBW", "BWF"):
         for late in ((False, True) if problem.chunks > 1 else (False,)):
@@ -283,5 +380,6 @@ def own_plans(problem: Problem, mixed: bool = False) -> Iterator[tuple[str, Call
     for name, orders in offload_plans(problem):
         yield name, lambda orders=orders: orders
     yield from selective_offload_plans(problem)  # makes a Plan: orders, amounts and waits
+    yield from link_first_plans(problem)
     if mixed:
         yield from mixed_plans(problem)
