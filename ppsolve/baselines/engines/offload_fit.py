@@ -254,7 +254,8 @@ def link_first(problem: Problem, timing: Sequence[ScheduledOp], margin: float = 
         down = problem.duration(_OFF, *pair, amount=amount)
         up = problem.duration(_REL, *pair, amount=amount)
         lane = problem.lane(f.device, _OFF)
-        if backward[pair].start - f.end < (down + up) * (1 + margin) - EPS or not _free(busy.get(lane, []), f.end, f.end + down):
+        if (backward[pair].start - f.end < (down + up) * (1 + margin) - EPS
+                or not _free(busy.get(lane, []), f.end, f.end + down)):
             continue
         busy.setdefault(lane, []).append((f.end, f.end + down))
         taken.append((pair, f.device, amount, f.end + down, up))

@@ -10,6 +10,7 @@ which it tries and keeps.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Callable, Iterator
 
 from ppsolve.baselines.common import over_capacity, with_recompute, with_w_after_b
@@ -181,7 +182,7 @@ def fit_by_both(problem: Problem, orders: list[list[Op]], share: float, gap: int
     return plan
 
 
-def fit_link_first(problem: Problem, orders: list[list[Op]], margin: float, gap: int = 2,
+def fit_link_first(problem: Problem, orders: list[list[Op]], margin: float, gap: int = 8,
                    prefer: str = "longest") -> Plan:
     """``orders`` (without levers) fitted to the caps with whole offloads first: timed with just enough
     recomputes, the pairs of the devices that recompute there whose activation the link can move whole
@@ -257,13 +258,7 @@ def link_first_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]
     if not both_levers(problem):
         return
     for name, make in mixed_orders(problem):
-        made: list = []
-
-        def orders(make=make, made=made) -> list[list[Op]]:  # built once for all the variants
-            if not made:
-                made.append(make())
-            return made[0]
-
+        orders = cache(make)  # built once for all the variants
         for margin in LINK_FIRST_MARGINS:
             for gap in LINK_FIRST_GAPS:
                 for prefer in PREFER:
