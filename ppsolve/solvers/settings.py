@@ -113,7 +113,7 @@ class LnsSettings:
     # window that ends at the makespan has nothing after it). From 100 s solves (2 threads) one such
     # window of 60 s shortened the 8B-like v = 2 problem at 21 GiB 5507.60 -> 5448.02 (in 20 s: nothing)
     # and the 13B-like v = 2 problem at 15 GiB 3802.56 -> 3776.73 (in 20 s: 3779.74); reaching further
-    # back on the busiest device, nothing (docs/solver.md)
+    # back on the busiest device, nothing. A second one at 0.7 did not hold up in 300 s solves (docs/solver.md)
     drain_at: tuple[float, ...] = (0.4,)
     drain_share: float = 0.2
     drain_span: float = 1.25
