@@ -9,6 +9,7 @@ import time
 import pytest
 
 from ppsolve.bounds import critical_path
+from ppsolve.baselines.engines.offload_fit import fit_by_offload
 from ppsolve.baselines.families.recompute import fit_by_recompute
 from ppsolve.checker import check
 from ppsolve.ops import OpKind
@@ -22,7 +23,7 @@ from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import build_scaling
 from ppsolve.solvers.search import lns
 from ppsolve.solvers.search.refit import RefitVariant, refit, refittable
-from ppsolve.solvers.search.window import Incumbent, compose, make_window
+from ppsolve.solvers.search.window import Incumbent, compose, make_window, on_model_grid
 from ppsolve.solvers.settings import LnsSettings, PhaseSettings, Settings
 from ppsolve.solvers.warm_start.plans import limited_1f1b_orders, serial_orders
 from tests.helpers import make_problem
@@ -143,6 +144,35 @@ def test_a_window_admits_its_own_placement(capacity):
         path, _ = window.measure(answer.solutions[-1])
         assert path <= window.current + 1e-9
         assert check(make_schedule(problem, compose(inc, [(window, answer.solutions[-1])]), "x")).ok
+
+
+def test_a_start_with_amounts_off_the_model_grid_is_put_on_it_so_that_its_windows_have_solutions():
+    """A plan that offloads what the link can move by then (``fit_by_offload``) has amounts off the model's
+    memory grid, which a window reads rounded down: at the cap, those windows had no solution and the search
+    never left the plan (5 of 8 windows infeasible, 165 kept). Each amount is rounded up by less than one
+    memory unit, the schedule re-timed and checked, and the search goes on from it."""
+    problem = _problem({"fraction": 1, "bandwidth": {"d2h": 0.37, "h2d": 0.37}}, capacity=2.5)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    plan, _, stuck = fit_by_offload(problem, orders)
+    start = make_schedule(problem, plan.time(problem), "fit")
+    scaling = build_scaling(problem)
+    unit = 1 / scaling.memory_scale
+
+    def off_grid(schedule):
+        return {op.op: op.amount for op in schedule.ops
+                if op.kind.is_transfer and not math.isclose(op.amount / unit, round(op.amount / unit), abs_tol=1e-6)}
+
+    assert not stuck and check(start).ok and off_grid(start)
+    snapped = on_model_grid(problem, scaling, start)
+    assert check(snapped).ok and not off_grid(snapped)
+    before = {op.op: op.amount for op in start.ops if op.kind.is_transfer}
+    after = {op.op: op.amount for op in snapped.ops if op.kind.is_transfer}
+    assert after.keys() == before.keys()
+    assert all(before[op] <= after[op] < before[op] + unit for op in before)
+    assert snapped.makespan <= start.makespan + len(before) * unit / 0.37 + 1e-9
+    assert on_model_grid(problem, scaling, snapped) is snapped  # on the grid: left as it is
+    result = _improve(problem, start, work=2.0)
+    assert result.infeasible == 0 and result.best.makespan < start.makespan - 1
 
 
 def test_windows_that_share_nothing_are_independent():

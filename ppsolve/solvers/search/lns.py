@@ -44,7 +44,7 @@ from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
 from ppsolve.solvers.search.refit import RefitVariant, refit, refittable
-from ppsolve.solvers.search.window import Incumbent, Window, compose, make_window
+from ppsolve.solvers.search.window import Incumbent, Window, compose, make_window, on_model_grid
 from ppsolve.solvers.settings import LnsSettings
 from ppsolve.tolerance import EPS
 
@@ -168,6 +168,7 @@ class Search:
         self.progress, self.backend, self.limit, self.offload = progress, backend, limit, offload
         self.knobs = knobs = options.settings.lns
         self.rng = random.Random(options.seed)
+        start = on_model_grid(problem, scaling, start)
         self.result = LnsResult(start)
         self.inc = Incumbent(start)
         self.size = knobs.start_size
@@ -242,6 +243,7 @@ class Search:
         self.tried[id(base)] = (base, done + 1)
         self.spent += self.knobs.refit_work
         fitted = refit(base, RefitVariant(*variants[done]))
+        fitted = None if fitted is None else on_model_grid(self.problem, self.scaling, fitted)
         self.refit_base = base
         if fitted is None or fitted.makespan > base.makespan * (1 + self.knobs.refit_slack) + EPS:
             return

@@ -21,7 +21,7 @@ from ppsolve.solvers.api import Backend, Phase, PhaseTask, SolveOptions
 from ppsolve.solvers.budget import Budget, Limit
 from ppsolve.solvers.progress import Progress
 from ppsolve.solvers.scaling import Scaling
-from ppsolve.solvers.search.window import Incumbent, compose, make_window
+from ppsolve.solvers.search.window import Incumbent, compose, make_window, on_model_grid
 from ppsolve.tolerance import slack
 
 WINDOW_OPS = 60  # compute ops of its device a window frees
@@ -49,7 +49,8 @@ def lower_overhead(problem, scaling: Scaling, options: SolveOptions, budget: Bud
     """(best schedule, windows solved, windows that lowered the overhead, whether Ctrl-C ended it)
     until ``limit``."""
     rng = random.Random(options.seed)
-    best, inc = start, Incumbent(start)
+    on_grid = on_model_grid(problem, scaling, start)  # amounts a window reads exactly (if that is no longer)
+    best, inc = start, Incumbent(on_grid if on_grid.makespan <= start.makespan + slack(start.makespan) else start)
     windows = better = 0
     interrupted = False
     deterministic = limit.deterministic is not None
