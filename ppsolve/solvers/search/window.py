@@ -30,7 +30,6 @@ makespan after re-timing.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -204,13 +203,11 @@ def on_model_grid(problem: Problem, scaling: Scaling, schedule: Schedule) -> Sch
     cap in every window whose memory reaches that transfer, and those windows have no solution: from
     the shortest plan with both levers of the 13B-like v = 2 problem at 15 GiB, 526 of 527 windows in
     30 s. Rounded up, each transfer moves at most one memory unit more and takes that much longer."""
-    grid = scaling.memory_scale
     ops, moved = [], False
     for op in schedule.ops:
-        if op.kind.is_transfer:
-            snapped = min(math.ceil(op.amount * grid - 1e-6) / grid, problem.max_offload(op.stage, op.microbatch))
-            if abs(snapped - op.amount) > 1e-12:
-                op, moved = op._replace(amount=snapped), True
+        if op.kind.is_transfer and scaling.memory(op.amount, up=True) != scaling.memory(op.amount, up=False):
+            amount = scaling.memory(op.amount, up=True) / scaling.memory_scale
+            op, moved = op._replace(amount=min(amount, problem.max_offload(op.stage, op.microbatch))), True
         ops.append(op)
     if not moved:
         return schedule
