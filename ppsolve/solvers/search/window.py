@@ -205,9 +205,11 @@ def on_model_grid(problem: Problem, scaling: Scaling, schedule: Schedule) -> Sch
     30 s. Rounded up, each transfer moves at most one memory unit more and takes that much longer."""
     ops, moved = [], False
     for op in schedule.ops:
-        if op.kind.is_transfer and scaling.memory(op.amount, up=True) != scaling.memory(op.amount, up=False):
-            amount = scaling.memory(op.amount, up=True) / scaling.memory_scale
-            op, moved = op._replace(amount=min(amount, problem.max_offload(op.stage, op.microbatch))), True
+        if op.kind.is_transfer:
+            units = scaling.memory(op.amount, up=True)
+            amount = min(units / scaling.memory_scale, problem.max_offload(op.stage, op.microbatch))
+            if units != scaling.memory(op.amount, up=False) and amount != op.amount:  # an off-grid most stays
+                op, moved = op._replace(amount=amount), True
         ops.append(op)
     if not moved:
         return schedule
