@@ -149,8 +149,8 @@ def test_a_window_admits_its_own_placement(capacity):
 def test_a_start_with_amounts_off_the_model_grid_is_put_on_it_so_that_its_windows_have_solutions():
     """A plan that offloads what the link can move by then (``fit_by_offload``) has amounts off the model's
     memory grid, which a window reads rounded down: at the cap, left as it is, those windows have no solution
-    and the search does not leave the plan (5 of 8 windows infeasible, 165 kept). Each amount is rounded up by less than one
-    memory unit, the schedule re-timed and checked, and the search goes on from it."""
+    and the search does not leave the plan (5 of 8 windows infeasible, 165 kept). Each amount is rounded up
+    by less than one memory unit, the schedule re-timed and checked, and the search goes on from it."""
     problem = _problem({"fraction": 1, "bandwidth": {"d2h": 0.37, "h2d": 0.37}}, capacity=2.5)
     orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
     plan, _, stuck = fit_by_offload(problem, orders)
