@@ -33,13 +33,13 @@ Baselines come from ``ppsolve.baselines.METHODS``; plans of our own (their order
   alone: when its share of the time lets it try them all, it is at most the better of the
   warm starts with offload only and with recompute only (tests/solvers/test_solver_warm_start.py
   checks it on random problems and caps).
-* with both levers and a cap, last, and only when asked (``PhaseSettings.mixed_plans``, off by
-  default: docs/solver.md): 1F1B and the published orders, made without the cap and
-  with W right after B, recomputing just enough to fit each cap raised by a share of an
-  activation and offloading the rest (:func:`ppsolve.solvers.warm_start.plans.fit_by_both`).
-  Where recomputing all the excess makes the first device the bottleneck and the link cannot
-  move it all, this beats both (llama13b-like, 8 x 32 at 15 GiB: 4037.05 against 4125.97 with
-  recompute only).
+* with both levers and a cap, last (``PhaseSettings.mixed_plans``, on by default: docs/solver.md):
+  1F1B and the published orders, made without the cap and with W right after B, recomputing
+  just enough to fit each cap raised by a share of an activation and offloading the rest
+  (:func:`ppsolve.solvers.warm_start.plans.fit_by_both`). Where recomputing all the excess
+  makes the first device the bottleneck and the link cannot move it all, this beats both
+  (llama13b-like v = 2, 8 x 32 at 15 GiB: 4015.10 against 4100.74 with recompute only). Such a
+  plan is the warm start only where it is shorter than every other candidate (:func:`shortest`).
 
 When microbatches differ (contract version 4) the baselines and plans above run in data
 order; then every applicable baseline runs with its microbatches longest first and shortest
@@ -69,7 +69,7 @@ from ppsolve.problem import Problem
 from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import forwards_wait_for_offloads, simulate
 from ppsolve.solvers.symmetry import identical_classes
-from ppsolve.solvers.warm_start.plans import own_plans
+from ppsolve.solvers.warm_start.plans import is_mixed_plan, own_plans
 from ppsolve.tolerance import EPS
 
 
@@ -239,8 +239,15 @@ def _difference(name: str, theirs, ours) -> str:
 
 
 def shortest(candidates: list[Schedule]) -> Schedule | None:
-    """The warm start among candidates: least makespan, then least offloaded, then least peak."""
-    return min(candidates, key=lambda s: (s.makespan, s.offloaded, max(s.peak_memory, default=0.0)), default=None)
+    """The warm start among candidates: least makespan, then any other than a plan with both levers at once
+    (``plans.mixed_plans``: they win only where they are shorter), then least offloaded, then least peak.
+
+    Which of the plans of one makespan the search starts from decides where it ends, as its windows seldom
+    change the levers of the first devices: on the 13B-like problem at 20 GiB fourteen plans tie, and the
+    search reaches the optimum from the one with whole offloads first but not from the plan with both
+    levers that offloads least (docs/solver.md, plans with both levers)."""
+    return min(candidates, key=lambda s: (s.makespan, is_mixed_plan(s.method.name), s.offloaded,
+                                          max(s.peak_memory, default=0.0)), default=None)
 
 
 def fifo_relabel(schedule: Schedule) -> Schedule:

@@ -10,6 +10,7 @@ which it tries and keeps.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Callable, Iterator
 
@@ -286,8 +287,21 @@ def mixed_plans(problem: Problem) -> Iterator[tuple[str, Callable[[], Plan]]]:
     for share in MIXED_SHARES:
         for name, make in orders:
             for prefer in PREFER:
-                yield (f"{name}+recompute-{prefer}+offload-{share:g}act",
+                yield (mixed_plan_name(name, prefer, share),
                        lambda make=make, share=share, prefer=prefer: fit_by_both(problem, make(), share, prefer=prefer))
+
+
+def mixed_plan_name(order: str, prefer: str, share: float) -> str:
+    """The name of a plan of :func:`mixed_plans`: its order, how it picks the recomputes, its share."""
+    return f"{order}+recompute-{prefer}+offload-{share:g}act"
+
+
+_MIXED_NAME = re.compile(r"\+recompute-[a-z]+\+offload-[0-9.]+act$")
+
+
+def is_mixed_plan(name: str) -> bool:
+    """Whether ``name`` (a method's, ``warm:`` or not) is that of a plan of :func:`mixed_plans`."""
+    return _MIXED_NAME.search(name) is not None
 
 
 # mixed plans: the shares of a device's largest activation its cap is raised by for the recomputes
