@@ -107,7 +107,7 @@ def section(rows: list[Row], command: str, previous_run: str = "") -> str:
 def _command(args) -> str:
     return harness.command(__spec__, "--time-limit", f"{args.time_limit:g}",
                            *(["--threads", str(args.threads)] if args.threads else []), "--seed", str(args.seed),
-                           *(["--mixed-plans"] if args.mixed_plans else []),
+                           *(["--no-mixed-plans"] if args.no_mixed_plans else []),
                            *(str(p.relative_to(ROOT)) if p.is_absolute() and ROOT in p.parents else str(p)
                              for p in args.problems))
 
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the solver's seed")
     parser.add_argument("--previous", type=Path, help="an earlier run's --json file: its solve and bound beside each row")
     parser.add_argument("--previous-run", default="", help="what that run was (a sentence for the section)")
-    parser.add_argument("--mixed-plans", action="store_true",
-                        help="the warm start's plans with both levers on (PhaseSettings(mixed_plans=True))")
+    parser.add_argument("--no-mixed-plans", action="store_true",
+                        help="the warm start's plans with both levers off (PhaseSettings(mixed_plans=False))")
     args = parser.parse_args(argv)
-    settings = Settings(phases=PhaseSettings(mixed_plans=True)) if args.mixed_plans else Settings()
+    settings = Settings(phases=PhaseSettings(mixed_plans=False)) if args.no_mixed_plans else Settings()
     if args.render:  # the rows hold an earlier run's figures already
         rows = [Row(**row) for row in json.loads(args.render.read_text())]
     else:

@@ -101,7 +101,6 @@ class Run:
         self.model_bound: float | None = None  # the MAKESPAN phase's proven bound, user units
         self.lb = makespan_lower_bound(problem).value  # the foundation's bound, user units (computed once)
         self.warm: Schedule | None = None
-        self.second: Schedule | None = None  # a second start of the search (_second_start)
         self.abandoned = False  # a thread (search or warm start) was left running
         self.ops = model_ops(problem, self.use_offload, self.use_recompute)
         self.windows = self.record.windows  # the backend solves windows (LNS)
@@ -242,40 +241,7 @@ def _warm_start(run: Run) -> Schedule | None:
     run.warm = warm
     if warm is not None:
         run.progress.message(f"warm start {warm.method.name}: makespan {warm.makespan:g}")
-        if run.knobs.mixed_plans and run.windows:
-            run.second = _second_start(found, warm)
     return warm
-
-
-# a second start is searched from when it is at most this much longer than the warm start
-SECOND_START_WITHIN = 0.05
-
-
-def _second_start(found: list[Schedule], warm: Schedule) -> Schedule | None:
-    """The shortest of ``found`` of the other kind than ``warm`` (with both levers at once, or not) when it is
-    at most ``SECOND_START_WITHIN`` longer. With plans of both levers on (``PhaseSettings.mixed_plans``) the
-    large-neighbourhood search starts from each, as the shorter start does not always end shorter
-    (docs/solver.md, the 13B paragraph)."""
-    def both(s: Schedule) -> bool:
-        return s.recomputed > 0 and s.offloaded > 0
-
-    other = shortest([s for s in found if both(s) != both(warm)])
-    return other if other is not None and other.makespan <= warm.makespan * (1 + SECOND_START_WITHIN) else None
-
-
-def _searches(run: Run, start: Schedule, share: float, keep: float) -> Schedule:
-    """:func:`large_neighbourhoods` from ``start`` with ``share`` of the time limit, or, when the warm start
-    kept a second start, from each with half of it; the shorter answer."""
-    second = run.second
-    if second is None:
-        return large_neighbourhoods(run, start, share, keep)
-    first = large_neighbourhoods(run, second, share / 2, keep + share / 2)
-    if run.interrupted:
-        return min((first, start), key=lambda s: s.makespan)
-    other = large_neighbourhoods(run, start, share / 2, keep)
-    run.notes.append(f"searched from two starts: {second.method.name} ended at {first.makespan:g}, "
-                     f"{start.method.name} at {other.makespan:g}")
-    return min((other, first), key=lambda s: s.makespan)
 
 
 def _quick_start(run: Run) -> list[Schedule]:
@@ -502,7 +468,7 @@ def _solve_makespan(run: Run, warm: Schedule | None) -> SolveResult:
     keep = knobs.share_offload if levers and (run.whole_model or run.windows) else 0.0
     lb = run.lb
     if not run.whole_model and warm is not None:
-        best, lower, proven = _searches(run, warm, share, keep), lb, False
+        best, lower, proven = large_neighbourhoods(run, warm, share, keep), lb, False
     else:
         # with per-microbatch costs at any size: the whole model's search over microbatch orders, with symmetry
         # broken only among identical ones, is weak (the per-microbatch example, 20 s: 487 whole, 398 whole then
@@ -514,7 +480,7 @@ def _solve_makespan(run: Run, warm: Schedule | None) -> SolveResult:
         if lns_after and not proven and not run.interrupted:
             start = min((s for s in (best, warm) if s is not None), key=lambda s: s.makespan, default=None)
             if start is not None:
-                best = _searches(run, start, share - whole, keep)
+                best = large_neighbourhoods(run, start, share - whole, keep)
     if (best is not None and keep and run.windows and not proven and not best.uses_levers
             and not run.interrupted):
         # the time kept for the overhead phase, which a schedule without levers does not need: the search

@@ -52,9 +52,10 @@ class PhaseSettings:
     lns_min_seconds: float = 5.0
     whole_share: float = 0.3
     whole_shares_first: float = 0.3  # of the OVERHEAD phase's time: the quick search with whole shares first
-    # the warm start's plans with both levers (plans.mixed_plans): off, as the search from such a start
-    # ends worse on some problems than from a plan with one lever (docs/solver.md, the 13B paragraph)
-    mixed_plans: bool = False
+    # the warm start's plans with both levers (plans.mixed_plans), the start only where shorter than every
+    # other (warm_start.shortest): on the 13B-like v = 2 problem at 15 GiB the search from such a plan ends
+    # shorter than from recompute alone (docs/solver.md, plans with both levers)
+    mixed_plans: bool = True
     shed_tries: int = 2000  # deterministic mode: the levers the shedding pass tries to drop (a few ms each)
 
 

@@ -19,9 +19,9 @@ from ppsolve.schedule import Schedule, make_schedule
 from ppsolve.simulator import simulate
 from ppsolve.solvers import SolveOptions, solve
 from ppsolve.solvers.settings import PhaseSettings, Settings
-from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start
-from ppsolve.solvers.warm_start.plans import (fit_by_both, fit_link_first, limited_1f1b_orders, list_plan,
-                                              serial_orders)
+from ppsolve.solvers.warm_start import best_warm_start, fifo_relabel, given_warm_start, shortest
+from ppsolve.solvers.warm_start.plans import (fit_by_both, fit_link_first, is_mixed_plan, limited_1f1b_orders,
+                                              list_plan, mixed_plan_name, serial_orders)
 from tests.helpers import make_problem
 from tests.helpers import ROOT
 
@@ -215,7 +215,7 @@ def test_both_levers_together_beat_each_alone_on_a_long_pipeline():
     assert mixed.makespan < min(max(op.end for op in alone), max(op.end for op in by_link)) - 30
     assert len(recomputed) < sum(op.kind is OpKind.R for op in alone)
     assert best_warm_start(problem, mixed=True).makespan <= mixed.makespan + 1e-9
-    assert best_warm_start(problem).makespan > mixed.makespan  # off by default (PhaseSettings.mixed_plans)
+    assert best_warm_start(problem).makespan > mixed.makespan  # only when asked (the solver asks: PhaseSettings)
 
 
 def test_link_first_takes_whole_activations_the_idle_link_moves_at_once():
@@ -288,13 +288,31 @@ def test_each_fit_leaves_the_other_levers_pairs_alone():
     assert len(pairs) == len(set(pairs)) > len(first)
 
 
-def test_a_solve_starts_from_a_plan_with_both_levers_when_its_settings_ask():
-    # and searches from the best plan with one lever too (within 5 %), keeping the shorter answer
+def test_a_solve_starts_from_a_plan_with_both_levers_where_it_is_shortest():
+    # on by default; PhaseSettings(mixed_plans=False) leaves them out
     problem = _long_pipeline(13)
-    asked = solve(problem, SolveOptions(time_limit=12, threads=1, seed=0,
-                                        settings=Settings(phases=PhaseSettings(mixed_plans=True))))
-    assert "+offload-" in asked.warm_start.method.name and asked.warm_start.recomputed
-    assert asked.schedule.makespan <= asked.warm_start.makespan and check(asked.schedule).ok
-    [searched] = [note for note in asked.notes if note.startswith("searched from two starts")]
-    ends = [float(word.rstrip(",")) for word in searched.split() if word.rstrip(",").replace(".", "").isdigit()]
-    assert len(ends) == 2 and asked.schedule.makespan <= min(ends) + 1e-6
+    default = solve(problem, SolveOptions(time_limit=12, threads=1, seed=0))
+    assert is_mixed_plan(default.warm_start.method.name) and default.warm_start.recomputed
+    assert default.warm_start.offloaded and check(default.schedule).ok
+    assert default.schedule.makespan <= default.warm_start.makespan
+    off = solve(problem, SolveOptions(time_limit=12, threads=1, seed=0,
+                                      settings=Settings(phases=PhaseSettings(mixed_plans=False))))
+    assert not is_mixed_plan(off.warm_start.method.name)
+    assert off.warm_start.makespan > default.warm_start.makespan
+
+
+def test_a_plan_with_both_levers_is_the_warm_start_only_where_it_is_shorter():
+    # shorter than the plan with recompute alone on the same orders, it wins; the same plan under another name
+    # ties with it, and the tie goes to the one not named as a plan with both levers, either way round
+    problem = _long_pipeline(13)
+    orders = limited_1f1b_orders(problem.replace(offload=None, recompute=None), problem.devices)
+    name = mixed_plan_name("1f1b", "hidden", 0.75)
+    assert is_mixed_plan(f"warm:{name}") and not is_mixed_plan("warm:1f1b+offload-whole-m0.3-gap8+recompute-longest")
+    assert not is_mixed_plan("warm:greedy-BFW-cap+1.5act+offload-gap2")
+    mixed = make_schedule(problem, fit_by_both(problem, orders, 0.75).time(problem), f"warm:{name}")
+    recomputing, _ = fit_by_recompute(problem.replace(offload=None), orders)
+    alone = make_schedule(problem, simulate(problem, recomputing), "warm:1f1b+recompute-longest")
+    assert mixed.makespan < alone.makespan and shortest([alone, mixed]) is mixed
+    twin = make_schedule(problem, mixed.ops, "warm:twin")
+    assert twin.makespan == mixed.makespan and twin.offloaded == mixed.offloaded
+    assert shortest([mixed, twin]) is twin and shortest([twin, mixed]) is twin
