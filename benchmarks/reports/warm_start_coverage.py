@@ -26,7 +26,7 @@ from benchmarks.reports.scale_bench import baselines
 from ppsolve.problem import load_problem
 from ppsolve.methods import get_method
 from ppsolve.solvers.budget import Budget
-from ppsolve.solvers.settings import BudgetSettings
+from ppsolve.solvers.settings import BudgetSettings, PhaseSettings
 from ppsolve.solvers.warm_start import best_warm_start
 
 
@@ -37,7 +37,8 @@ def coverage(path: Path, time_limit: float) -> tuple[str, str, str, float, bool 
     published = {k: v for k, v in baselines(problem).items() if get_method(k).published}
     budget = Budget(time_limit, deterministic=False)
     began = time.monotonic()
-    warm = best_warm_start(problem, "auto", budget.baseline_seconds(), budget.warm_start_deadline())
+    warm = best_warm_start(problem, "auto", budget.baseline_seconds(), budget.warm_start_deadline(),
+                           mixed=PhaseSettings().mixed_plans)
     seconds = time.monotonic() - began
     best = min(published.items(), key=lambda kv: kv[1]) if published else None
     ok = None if best is None else warm is not None and warm.makespan <= best[1] + 1e-9 * max(1.0, best[1])
