@@ -101,8 +101,8 @@ def section(rows: list[Row], command: str, previous_run: str = "") -> str:
         lines += ["", f"Gap over {len(gaps)} problems: median {100 * statistics.median(gaps):.1f} %, "
                       f"largest {100 * max(gaps):.1f} %. Which bound binds on each: `ppsolve bound PROBLEM`; the "
                       "figures re-render from the JSON with `--render docs/bench/realistic_gaps.json`. A solve "
-                      "with more than one thread does not repeat itself; how far repeated runs of the hardest problems spread: "
-                      "[docs/solver.md](docs/solver.md#large-problems-large-neighbourhood-search) (drain windows)."]
+                      "with more than one thread does not repeat itself; how far repeated runs of the hardest "
+                      "problems spread: [docs/solver.md](docs/solver.md#large-problems-large-neighbourhood-search) (drain windows)."]
     return "\n".join(lines) + "\n"
 
 
